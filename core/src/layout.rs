@@ -1,0 +1,590 @@
+//! Tag layouts: where the namespace field sits in the 64-bit tag, and the owner's named
+//! sub-fields in the rest.
+//!
+//! A layout is built with `const fn`s, so a bad one in a `const` fails the build:
+//!
+//! ```
+//! use tagspace_core::layout::{Field, TagLayout};
+//!
+//! // namespace in the top 8 bits; the owner splits the rest into kind | peer | sequence.
+//! const LAYOUT: TagLayout = TagLayout::builder(56, 8)
+//!     .field("kind", 52, 4)
+//!     .field("peer", 32, 20)
+//!     .field("seq", 0, 32)
+//!     .build_or_panic();
+//! const KIND: Field = LAYOUT.field("kind").unwrap();
+//!
+//! assert_eq!(KIND.encode(3), Ok(3 << 52));
+//! assert!(KIND.encode(16).is_err()); // too wide: an error, never truncation (T3)
+//! assert_eq!(KIND.decode(3 << 52), 3);
+//! ```
+//!
+//! ```compile_fail
+//! use tagspace_core::layout::TagLayout;
+//! // the field overlaps the namespace field: rejected at compile time
+//! const BAD: TagLayout = TagLayout::builder(56, 8).field("kind", 50, 8).build_or_panic();
+//! ```
+//!
+//! Sub-fields sit at absolute bit positions. A payload is any value with no bit inside the
+//! namespace field; building a tag is `namespace_bits | payload`, no bit spreading.
+
+use crate::error::{FieldRef, LayoutError, TagError};
+use core::fmt;
+
+/// Narrowest supported namespace field: 32 ids, of which 0 (unmanaged), 1 (control plane) and
+/// the well-known range `2..16` are reserved, leaving 16 dynamic ids.
+pub const MIN_NAMESPACE_BITS: u32 = 5;
+/// Widest supported namespace field. UCX Active-Message ids are 16 bits, and each namespace
+/// gets `2^(16 - width)` of them.
+pub const MAX_NAMESPACE_BITS: u32 = 16;
+/// Most sub-fields a layout can declare.
+pub const MAX_FIELDS: usize = 8;
+/// Longest sub-field name, in bytes.
+pub const MAX_FIELD_NAME: usize = 16;
+
+/// A contiguous bit range of the tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Field {
+    shift: u8,
+    width: u8,
+}
+
+impl Field {
+    /// `width` bits starting at bit `shift`. Fails on zero width or bits past 63.
+    pub const fn new(shift: u32, width: u32) -> Result<Field, LayoutError> {
+        Field::checked(shift, width, FieldRef::Field(0))
+    }
+
+    const fn checked(shift: u32, width: u32, which: FieldRef) -> Result<Field, LayoutError> {
+        if width == 0 {
+            return Err(LayoutError::ZeroWidth { which });
+        }
+        if shift >= 64 || width > 64 || shift + width > 64 {
+            return Err(LayoutError::PastBit63 {
+                which,
+                shift,
+                width,
+            });
+        }
+        Ok(Field {
+            shift: shift as u8,
+            width: width as u8,
+        })
+    }
+
+    /// Lowest bit.
+    pub const fn shift(self) -> u32 {
+        self.shift as u32
+    }
+
+    /// Width in bits.
+    pub const fn width(self) -> u32 {
+        self.width as u32
+    }
+
+    /// Largest value the field holds.
+    pub const fn max_value(self) -> u64 {
+        u64::MAX >> (64 - self.width as u32)
+    }
+
+    /// The field's bits in the tag.
+    pub const fn mask(self) -> u64 {
+        self.max_value() << self.shift
+    }
+
+    /// Places `value` in the field. A value that does not fit is an error (T3).
+    #[inline]
+    pub const fn encode(self, value: u64) -> Result<u64, TagError> {
+        if value > self.max_value() {
+            return Err(TagError::ValueTooWide {
+                value,
+                width: self.width as u32,
+            });
+        }
+        Ok(value << self.shift)
+    }
+
+    /// Reads the field out of a tag.
+    #[inline]
+    pub const fn decode(self, tag: u64) -> u64 {
+        (tag >> self.shift) & self.max_value()
+    }
+
+    const fn overlaps(self, other: Field) -> bool {
+        self.mask() & other.mask() != 0
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct NamedField {
+    name: [u8; MAX_FIELD_NAME],
+    name_len: u8,
+    field: Field,
+}
+
+impl NamedField {
+    const EMPTY: NamedField = NamedField {
+        name: [0; MAX_FIELD_NAME],
+        name_len: 0,
+        field: Field { shift: 0, width: 1 },
+    };
+
+    fn name(&self) -> &str {
+        core::str::from_utf8(&self.name[..self.name_len as usize]).unwrap_or("?")
+    }
+
+    const fn name_is(&self, s: &[u8]) -> bool {
+        if s.len() != self.name_len as usize {
+            return false;
+        }
+        let mut i = 0;
+        while i < s.len() {
+            if s[i] != self.name[i] {
+                return false;
+            }
+            i += 1;
+        }
+        true
+    }
+}
+
+/// The shape of a 64-bit tag: one namespace field and up to [`MAX_FIELDS`] named sub-fields.
+///
+/// Two processes must use the same layout; compare [`TagLayout::fingerprint`]s (the control
+/// plane does this during the handshake).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct TagLayout {
+    namespace: Field,
+    fields: [NamedField; MAX_FIELDS],
+    field_count: u8,
+    fingerprint: u64,
+}
+
+/// Builds a [`TagLayout`]; the first error is kept and reported by [`LayoutBuilder::build`].
+#[derive(Clone, Copy, Debug)]
+pub struct LayoutBuilder {
+    layout: TagLayout,
+    error: Option<LayoutError>,
+}
+
+impl TagLayout {
+    /// The default: namespace in the top 8 bits (256 ids), payload in the low 56, no sub-fields.
+    pub const DEFAULT: TagLayout = TagLayout::builder(56, 8).build_or_panic();
+
+    /// Starts a layout whose namespace field is `width` bits from bit `shift`.
+    pub const fn builder(shift: u32, width: u32) -> LayoutBuilder {
+        let mut error = None;
+        if width < MIN_NAMESPACE_BITS || width > MAX_NAMESPACE_BITS {
+            error = Some(LayoutError::NamespaceWidth { width });
+        }
+        let namespace = match Field::checked(shift, width, FieldRef::Namespace) {
+            Ok(f) => f,
+            Err(e) => {
+                if error.is_none() {
+                    error = Some(e);
+                }
+                Field { shift: 0, width: 8 }
+            }
+        };
+        LayoutBuilder {
+            layout: TagLayout {
+                namespace,
+                fields: [NamedField::EMPTY; MAX_FIELDS],
+                field_count: 0,
+                fingerprint: 0,
+            },
+            error,
+        }
+    }
+
+    /// The namespace field.
+    pub const fn namespace_field(&self) -> Field {
+        self.namespace
+    }
+
+    /// Bits of the namespace field.
+    pub const fn namespace_mask(&self) -> u64 {
+        self.namespace.mask()
+    }
+
+    /// Bits available to owners: everything outside the namespace field.
+    pub const fn payload_mask(&self) -> u64 {
+        !self.namespace.mask()
+    }
+
+    /// How many namespace ids the layout can express (`2^width`).
+    pub const fn id_capacity(&self) -> u32 {
+        1 << self.namespace.width
+    }
+
+    /// How many Active-Message ids each namespace owns (`2^(16 - width)`).
+    pub const fn am_ids_per_namespace(&self) -> u32 {
+        1 << (16 - self.namespace.width as u32)
+    }
+
+    /// The sub-field called `name`, if declared.
+    pub const fn field(&self, name: &str) -> Option<Field> {
+        let mut i = 0;
+        while i < self.field_count as usize {
+            if self.fields[i].name_is(name.as_bytes()) {
+                return Some(self.fields[i].field);
+            }
+            i += 1;
+        }
+        None
+    }
+
+    /// The declared sub-fields, in declaration order.
+    pub fn fields(&self) -> impl Iterator<Item = (&str, Field)> + '_ {
+        self.fields[..self.field_count as usize]
+            .iter()
+            .map(|f| (f.name(), f.field))
+    }
+
+    /// The namespace id in a raw tag.
+    #[inline]
+    pub const fn namespace_of(&self, tag: u64) -> u16 {
+        self.namespace.decode(tag) as u16
+    }
+
+    /// Splits a raw tag (say, from a log) into namespace, sub-fields and leftover bits.
+    pub fn decode(&self, tag: u64) -> DecodedTag<'_> {
+        DecodedTag { layout: self, tag }
+    }
+
+    /// A hash of everything that determines where bits go; equal on both sides or the
+    /// handshake refuses the peer.
+    pub const fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+
+    const fn compute_fingerprint(&self) -> u64 {
+        // FNV-1a, 64-bit: tiny, const-evaluable, and good enough to tell layouts apart (it is a
+        // mismatch detector, not a security boundary).
+        const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+        const PRIME: u64 = 0x0000_0100_0000_01b3;
+        const fn mix(mut h: u64, b: u8) -> u64 {
+            h ^= b as u64;
+            h.wrapping_mul(PRIME)
+        }
+        let mut h = OFFSET;
+        let tagline = b"tagspace-layout-1";
+        let mut i = 0;
+        while i < tagline.len() {
+            h = mix(h, tagline[i]);
+            i += 1;
+        }
+        h = mix(h, self.namespace.shift);
+        h = mix(h, self.namespace.width);
+        h = mix(h, self.field_count);
+        let mut f = 0;
+        while f < self.field_count as usize {
+            let nf = &self.fields[f];
+            let mut j = 0;
+            while j < nf.name_len as usize {
+                h = mix(h, nf.name[j]);
+                j += 1;
+            }
+            h = mix(h, 0);
+            h = mix(h, nf.field.shift);
+            h = mix(h, nf.field.width);
+            f += 1;
+        }
+        h
+    }
+}
+
+impl Default for TagLayout {
+    fn default() -> Self {
+        TagLayout::DEFAULT
+    }
+}
+
+impl fmt::Debug for TagLayout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("TagLayout");
+        d.field("namespace", &self.namespace);
+        for (name, field) in self.fields() {
+            d.field(name, &field);
+        }
+        d.field("fingerprint", &format_args!("{:#018x}", self.fingerprint))
+            .finish()
+    }
+}
+
+impl LayoutBuilder {
+    /// Declares a sub-field `name` of `width` bits from bit `shift`.
+    pub const fn field(mut self, name: &str, shift: u32, width: u32) -> LayoutBuilder {
+        if self.error.is_some() {
+            return self;
+        }
+        let index = self.layout.field_count as usize;
+        if index >= MAX_FIELDS {
+            self.error = Some(LayoutError::TooManyFields);
+            return self;
+        }
+        let which = FieldRef::Field(index as u8);
+        let field = match Field::checked(shift, width, which) {
+            Ok(f) => f,
+            Err(e) => {
+                self.error = Some(e);
+                return self;
+            }
+        };
+        let bytes = name.as_bytes();
+        if bytes.is_empty() || bytes.len() > MAX_FIELD_NAME {
+            self.error = Some(LayoutError::BadFieldName { which });
+            return self;
+        }
+        let mut stored = [0u8; MAX_FIELD_NAME];
+        let mut i = 0;
+        while i < bytes.len() {
+            if !(bytes[i] >= 0x21 && bytes[i] <= 0x7e) {
+                self.error = Some(LayoutError::BadFieldName { which });
+                return self;
+            }
+            stored[i] = bytes[i];
+            i += 1;
+        }
+        if field.overlaps(self.layout.namespace) {
+            self.error = Some(LayoutError::Overlap {
+                a: which,
+                b: FieldRef::Namespace,
+            });
+            return self;
+        }
+        let mut j = 0;
+        while j < index {
+            let other = &self.layout.fields[j];
+            if other.name_is(bytes) {
+                self.error = Some(LayoutError::DuplicateFieldName { which });
+                return self;
+            }
+            if field.overlaps(other.field) {
+                self.error = Some(LayoutError::Overlap {
+                    a: which,
+                    b: FieldRef::Field(j as u8),
+                });
+                return self;
+            }
+            j += 1;
+        }
+        self.layout.fields[index] = NamedField {
+            name: stored,
+            name_len: bytes.len() as u8,
+            field,
+        };
+        self.layout.field_count += 1;
+        self
+    }
+
+    /// The layout, or the first thing wrong with it.
+    pub const fn build(self) -> Result<TagLayout, LayoutError> {
+        match self.error {
+            Some(e) => Err(e),
+            None => {
+                let mut l = self.layout;
+                l.fingerprint = l.compute_fingerprint();
+                Ok(l)
+            }
+        }
+    }
+
+    /// The layout; panics on a bad one, which inside a `const` is a compile error.
+    pub const fn build_or_panic(self) -> TagLayout {
+        match self.build() {
+            Ok(l) => l,
+            Err(e) => panic!("{}", e.as_str()),
+        }
+    }
+}
+
+/// A raw tag seen through a layout; its `Display` is a log-friendly breakdown such as
+/// `ns=3 kind=1 seq=42`.
+#[derive(Clone, Copy)]
+pub struct DecodedTag<'a> {
+    layout: &'a TagLayout,
+    tag: u64,
+}
+
+impl DecodedTag<'_> {
+    /// The namespace id.
+    pub fn namespace(&self) -> u16 {
+        self.layout.namespace_of(self.tag)
+    }
+
+    /// The payload: every bit outside the namespace field.
+    pub fn payload(&self) -> u64 {
+        self.tag & self.layout.payload_mask()
+    }
+
+    /// The value of the sub-field `name`, if declared.
+    pub fn get(&self, name: &str) -> Option<u64> {
+        self.layout.field(name).map(|f| f.decode(self.tag))
+    }
+
+    /// Payload bits in no declared sub-field.
+    pub fn rest(&self) -> u64 {
+        let mut covered = self.layout.namespace_mask();
+        for (_, f) in self.layout.fields() {
+            covered |= f.mask();
+        }
+        self.tag & !covered
+    }
+}
+
+impl fmt::Display for DecodedTag<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ns={}", self.namespace())?;
+        if self.layout.field_count == 0 {
+            return write!(f, " payload={:#x}", self.payload());
+        }
+        for (name, field) in self.layout.fields() {
+            write!(f, " {}={}", name, field.decode(self.tag))?;
+        }
+        let rest = self.rest();
+        if rest != 0 {
+            write!(f, " rest={rest:#x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for DecodedTag<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self} ({:#018x})", self.tag)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_is_top_eight_bits() {
+        let l = TagLayout::DEFAULT;
+        assert_eq!(l.namespace_mask(), 0xff00_0000_0000_0000);
+        assert_eq!(l.id_capacity(), 256);
+        assert_eq!(l.am_ids_per_namespace(), 256);
+    }
+
+    #[test]
+    fn rejects_bad_layouts() {
+        assert_eq!(
+            TagLayout::builder(56, 4).build(),
+            Err(LayoutError::NamespaceWidth { width: 4 })
+        );
+        assert_eq!(
+            TagLayout::builder(40, 17).build(),
+            Err(LayoutError::NamespaceWidth { width: 17 })
+        );
+        assert!(matches!(
+            TagLayout::builder(60, 8).build(),
+            Err(LayoutError::PastBit63 { .. })
+        ));
+        assert_eq!(
+            TagLayout::builder(56, 8).field("a", 0, 0).build(),
+            Err(LayoutError::ZeroWidth {
+                which: FieldRef::Field(0)
+            })
+        );
+        assert_eq!(
+            TagLayout::builder(56, 8).field("a", 50, 7).build(),
+            Err(LayoutError::Overlap {
+                a: FieldRef::Field(0),
+                b: FieldRef::Namespace
+            })
+        );
+        assert_eq!(
+            TagLayout::builder(56, 8)
+                .field("a", 0, 8)
+                .field("b", 7, 2)
+                .build(),
+            Err(LayoutError::Overlap {
+                a: FieldRef::Field(1),
+                b: FieldRef::Field(0)
+            })
+        );
+        assert_eq!(
+            TagLayout::builder(56, 8)
+                .field("a", 0, 8)
+                .field("a", 8, 2)
+                .build(),
+            Err(LayoutError::DuplicateFieldName {
+                which: FieldRef::Field(1)
+            })
+        );
+        assert!(matches!(
+            TagLayout::builder(56, 8).field("", 0, 8).build(),
+            Err(LayoutError::BadFieldName { .. })
+        ));
+        let mut b = TagLayout::builder(56, 8);
+        let names = ["a", "b", "c", "d", "e", "f", "g", "h", "i"];
+        for (i, n) in names.iter().enumerate() {
+            b = b.field(n, i as u32 * 4, 4);
+        }
+        assert_eq!(b.build(), Err(LayoutError::TooManyFields));
+    }
+
+    #[test]
+    fn namespace_in_the_middle_and_bottom() {
+        let mid = TagLayout::builder(24, 8)
+            .field("hi", 32, 32)
+            .field("lo", 0, 24)
+            .build()
+            .unwrap();
+        assert_eq!(mid.namespace_mask(), 0xff00_0000);
+        let low = TagLayout::builder(0, 16).build().unwrap();
+        assert_eq!(low.namespace_mask(), 0xffff);
+        assert_eq!(low.am_ids_per_namespace(), 1);
+    }
+
+    #[test]
+    fn fingerprints_tell_layouts_apart() {
+        let a = TagLayout::builder(56, 8)
+            .field("seq", 0, 32)
+            .build()
+            .unwrap();
+        let b = TagLayout::builder(56, 8)
+            .field("seq", 0, 31)
+            .build()
+            .unwrap();
+        let c = TagLayout::builder(56, 8)
+            .field("sqe", 0, 32)
+            .build()
+            .unwrap();
+        let d = TagLayout::builder(55, 8)
+            .field("seq", 0, 32)
+            .build()
+            .unwrap();
+        let a2 = TagLayout::builder(56, 8)
+            .field("seq", 0, 32)
+            .build()
+            .unwrap();
+        assert_eq!(a.fingerprint(), a2.fingerprint());
+        for x in [b, c, d, TagLayout::DEFAULT] {
+            assert_ne!(a.fingerprint(), x.fingerprint());
+        }
+    }
+
+    #[test]
+    fn decodes_for_logs() {
+        const L: TagLayout = TagLayout::builder(56, 8)
+            .field("kind", 48, 8)
+            .field("seq", 0, 32)
+            .build_or_panic();
+        let tag = (3u64 << 56) | (2 << 48) | (1 << 40) | 42;
+        let d = L.decode(tag);
+        assert_eq!(d.namespace(), 3);
+        assert_eq!(d.get("kind"), Some(2));
+        assert_eq!(d.get("seq"), Some(42));
+        assert_eq!(d.get("nope"), None);
+        extern crate std;
+        use std::string::ToString;
+        assert_eq!(d.to_string(), "ns=3 kind=2 seq=42 rest=0x10000000000");
+        assert_eq!(
+            TagLayout::DEFAULT.decode(0x0100_0000_0000_0005).to_string(),
+            "ns=1 payload=0x5"
+        );
+    }
+}

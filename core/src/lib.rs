@@ -1,0 +1,25 @@
+#![doc = include_str!("../README.md")]
+#![cfg_attr(not(test), no_std)]
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod error;
+pub mod layout;
+pub mod matcher;
+pub mod name;
+pub mod namespace;
+pub mod registry;
+pub mod session;
+mod sync;
+pub mod wellknown;
+pub mod wire;
+
+pub use error::{FieldRef, LayoutError, NameError, RegistryError, TagError};
+pub use layout::{Field, TagLayout};
+pub use matcher::{overlap, Matcher, RawMatcher, Tag};
+pub use name::Name;
+pub use namespace::{Namespace, Route};
+#[cfg(not(loom))]
+pub use registry::global;
+pub use registry::{LeaseToken, Registry};
+pub use session::{Directory, Event, Session, SessionError};

@@ -1,0 +1,668 @@
+//! The namespace registry: fixed capacity, lock-free, process-global or instantiable.
+//!
+//! ```
+//! use tagspace_core::{Registry, TagLayout};
+//!
+//! static REGISTRY: Registry<64> = Registry::new(TagLayout::builder(56, 8).build_or_panic());
+//!
+//! let dask = REGISTRY.register("dask").unwrap();      // well known: always id 2
+//! let mine = REGISTRY.register("my-engine").unwrap(); // dynamic: 16 or above
+//! assert_eq!(dask.id(), 2);
+//! assert!(mine.id() >= 16);
+//! assert!(REGISTRY.register("my-engine").is_err());   // names are unique (R2)
+//! let token = mine.token();
+//! drop(mine);                                         // releases the id
+//! assert!(REGISTRY.check(token).is_err());            // the old lease is stale (R3)
+//! ```
+//!
+//! # State machine of a slot
+//!
+//! Slot `i` holds namespace id `i`. Its state word packs `generation:32 | name_len:8 | phase:8`:
+//!
+//! ```text
+//!            claim (CAS, gen+1)        publish (SeqCst)         confirm (CAS)
+//!   FREE(g) ───────────────────▶ WRITING(g+1) ──────▶ PENDING(g+1) ──────────▶ LIVE(g+1)
+//!     ▲                                                 │    │                      │
+//!     │            abort: duplicate seen, or doomed     │    │ doom (CAS by a       │
+//!     ├─────────────────────────────────────────────────┘    ▼  same-name rival)    │
+//!     ├────────────────────────────────────────────────── DOOMED(g+1)               │
+//!     └──────────────────────────────────── release (owner's Namespace drops) ──────┘
+//! ```
+//!
+//! * The name words are written only in `WRITING`, by the one thread whose CAS claimed the slot.
+//!   Readers copy them with relaxed loads and re-check the state word afterwards (a seqlock): a
+//!   copy is used only if the generation did not change and the slot was readable throughout, so
+//!   no reader acts on a torn name (R4).
+//! * Duplicate names (R2) are settled without a lock. A registrant publishes `PENDING`, then scans
+//!   every other slot (all SeqCst, so of two concurrent registrants at least one sees the other,
+//!   as in Dekker's algorithm). On finding its name `LIVE` it gives up; `PENDING` in a lower slot,
+//!   it gives up; `PENDING` in a higher slot, it dooms that slot by CAS. It then confirms
+//!   `PENDING → LIVE` by CAS, which fails if it was doomed. The lowest-numbered contender is
+//!   never doomed, so of concurrent registrants exactly one wins unless a live one exists.
+//! * No step waits for another thread (R5): every loop retries only after another thread's CAS
+//!   succeeded, and exhaustion is an error.
+//! * The generation grows on every claim; a [`LeaseToken`] records it, so a token of a released
+//!   lease never validates again (R3), except after 2^32 reuses of the same slot.
+
+use crate::error::RegistryError;
+use crate::layout::TagLayout;
+use crate::name::{Name, MAX_NAME_LEN};
+use crate::namespace::Namespace;
+use crate::sync::{fence, spin_hint, AtomicU64, Ordering};
+use crate::wellknown::{well_known_id, CONTROL_ID, FIRST_DYNAMIC_ID, UNMANAGED_ID};
+
+const NAME_WORDS: usize = MAX_NAME_LEN / 8;
+
+const FREE: u64 = 0;
+const WRITING: u64 = 1;
+const PENDING: u64 = 2;
+const LIVE: u64 = 3;
+const DOOMED: u64 = 4;
+
+#[inline]
+const fn pack(generation: u32, len: u8, phase: u64) -> u64 {
+    ((generation as u64) << 32) | ((len as u64) << 8) | phase
+}
+#[inline]
+const fn phase(s: u64) -> u64 {
+    s & 0xff
+}
+#[inline]
+const fn name_len(s: u64) -> usize {
+    ((s >> 8) & 0xff) as usize
+}
+#[inline]
+const fn generation(s: u64) -> u32 {
+    (s >> 32) as u32
+}
+#[inline]
+const fn name_readable(s: u64) -> bool {
+    matches!(phase(s), PENDING | LIVE | DOOMED)
+}
+#[inline]
+const fn next_generation(g: u32) -> u32 {
+    // 0 never names a live lease, so a zeroed token can never validate.
+    match g.wrapping_add(1) {
+        0 => 1,
+        n => n,
+    }
+}
+
+/// Proof of a registration: namespace id plus the generation of its slot. `Copy`, so it can be
+/// stored anywhere; every registry operation that takes one rejects it once the lease is released.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LeaseToken {
+    /// Namespace id.
+    pub id: u16,
+    /// Generation of the slot when the lease was granted.
+    pub generation: u32,
+}
+
+struct Slot {
+    state: AtomicU64,
+    name: [AtomicU64; NAME_WORDS],
+}
+
+impl Slot {
+    #[cfg(not(loom))]
+    const fn new() -> Slot {
+        Slot {
+            state: AtomicU64::new(pack(0, 0, FREE)),
+            name: [const { AtomicU64::new(0) }; NAME_WORDS],
+        }
+    }
+
+    #[cfg(loom)]
+    fn new() -> Slot {
+        Slot {
+            state: AtomicU64::new(pack(0, 0, FREE)),
+            name: core::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    /// Copies the name published under state `s1` into `out`. `Some(s2)` with the state seen
+    /// after the copy if the copy is consistent, `None` if the slot changed meanwhile.
+    fn read_name(&self, s1: u64, out: &mut [u8; MAX_NAME_LEN]) -> Option<u64> {
+        let words = name_len(s1).div_ceil(8);
+        for (i, w) in self.name[..words].iter().enumerate() {
+            let v = w.load(Ordering::Relaxed);
+            out[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        // Acquire fence: pairs with the release fence a claimer issues before it overwrites the
+        // name words. If any word we read came from a newer claim, that claim's state CAS is
+        // visible to the load below, which then sees a different generation.
+        fence(Ordering::Acquire);
+        let s2 = self.state.load(Ordering::Relaxed);
+        (generation(s2) == generation(s1) && name_readable(s2)).then_some(s2)
+    }
+
+    /// Whether the name published under `s1` equals `name`; `None` if the slot changed meanwhile.
+    fn name_equals(&self, s1: u64, name: &Name) -> Option<bool> {
+        if name_len(s1) != name.len() {
+            return Some(false);
+        }
+        let mut buf = [0u8; MAX_NAME_LEN];
+        self.read_name(s1, &mut buf)?;
+        Some(buf[..name.len()] == *name.as_bytes())
+    }
+}
+
+/// A fixed-capacity, lock-free table of namespaces. Slot `i` holds namespace id `i`.
+///
+/// `CAP` is the number of ids, at most the layout's [`TagLayout::id_capacity`].
+pub struct Registry<const CAP: usize = 256> {
+    layout: TagLayout,
+    first_dynamic: u16,
+    epoch: AtomicU64,
+    slots: [Slot; CAP],
+}
+
+/// Where a registration wants to go.
+#[derive(Clone, Copy)]
+enum Target {
+    Dynamic,
+    Fixed(u16),
+}
+
+impl<const CAP: usize> Registry<CAP> {
+    const CAP_OK: () = assert!(CAP >= 3 && CAP <= 65536, "a registry needs 3 to 65536 ids");
+
+    /// A registry that honours the well-known table: well-known names take their fixed ids and
+    /// dynamic ids start at 16. Panics (at compile time in a `static`) unless
+    /// `17 <= CAP <= layout.id_capacity()`.
+    #[cfg(not(loom))]
+    pub const fn new(layout: TagLayout) -> Self {
+        Self::with_policy(layout, true)
+    }
+
+    /// A registry without well-known ids: every name is dynamic from id 2 on. For embedded uses
+    /// with a private id space, and for model checking with tiny capacities.
+    #[cfg(not(loom))]
+    pub const fn without_well_known(layout: TagLayout) -> Self {
+        Self::with_policy(layout, false)
+    }
+
+    #[cfg(not(loom))]
+    const fn with_policy(layout: TagLayout, well_known: bool) -> Self {
+        let first_dynamic = Self::check_capacity(&layout, well_known);
+        Registry {
+            layout,
+            first_dynamic,
+            epoch: AtomicU64::new(0),
+            slots: [const { Slot::new() }; CAP],
+        }
+    }
+
+    /// Loom's atomics are not `const`; under `--cfg loom` constructors are plain functions.
+    #[cfg(loom)]
+    pub fn new(layout: TagLayout) -> Self {
+        Self::with_policy(layout, true)
+    }
+
+    /// See the non-loom documentation.
+    #[cfg(loom)]
+    pub fn without_well_known(layout: TagLayout) -> Self {
+        Self::with_policy(layout, false)
+    }
+
+    #[cfg(loom)]
+    fn with_policy(layout: TagLayout, well_known: bool) -> Self {
+        let first_dynamic = Self::check_capacity(&layout, well_known);
+        Registry {
+            layout,
+            first_dynamic,
+            epoch: AtomicU64::new(0),
+            slots: core::array::from_fn(|_| Slot::new()),
+        }
+    }
+
+    const fn check_capacity(layout: &TagLayout, well_known: bool) -> u16 {
+        let () = Self::CAP_OK;
+        assert!(
+            CAP as u64 <= layout.id_capacity() as u64,
+            "registry capacity exceeds what the layout's namespace field can express"
+        );
+        if well_known {
+            assert!(
+                CAP > FIRST_DYNAMIC_ID as usize,
+                "a registry with well-known ids needs more than 16 ids"
+            );
+            FIRST_DYNAMIC_ID
+        } else {
+            CONTROL_ID + 1
+        }
+    }
+
+    /// The tag layout every namespace of this registry uses.
+    pub const fn layout(&self) -> &TagLayout {
+        &self.layout
+    }
+
+    /// Number of ids (including the reserved ones).
+    pub const fn capacity(&self) -> usize {
+        CAP
+    }
+
+    /// Whether well-known names take their fixed ids here.
+    pub const fn honours_well_known(&self) -> bool {
+        self.first_dynamic == FIRST_DYNAMIC_ID
+    }
+
+    /// Grows by one whenever a namespace is registered or released; cheap to poll for
+    /// "did the local table change" (the control plane does).
+    pub fn epoch(&self) -> u64 {
+        // Acquire: pairs with the Release increment after a confirm or release, so a caller that
+        // sees the new epoch and then scans sees the new state too.
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// Registers `name`: its well-known id if it has one here, otherwise the lowest free dynamic
+    /// id. The namespace stays registered until the returned lease drops.
+    pub fn register(&self, name: &str) -> Result<Namespace<'_, CAP>, RegistryError> {
+        let name = Name::new(name)?;
+        let target = match well_known_id(name.as_bytes()) {
+            Some(id) if self.honours_well_known() => Target::Fixed(id),
+            _ => Target::Dynamic,
+        };
+        self.register_name(name, target)
+    }
+
+    /// Static mode, for transports without a control plane: registers `name` at exactly `id`.
+    /// Both sides must compile in the same assignments. Id 0, the control-plane id, ids at or
+    /// above the capacity, and well-known ids of other names are refused.
+    pub fn register_at(&self, name: &str, id: u16) -> Result<Namespace<'_, CAP>, RegistryError> {
+        let name = Name::new(name)?;
+        if id == UNMANAGED_ID || id == CONTROL_ID || id as usize >= CAP {
+            return Err(RegistryError::ReservedId { id });
+        }
+        if self.honours_well_known() {
+            match well_known_id(name.as_bytes()) {
+                Some(expected) if expected != id => {
+                    return Err(RegistryError::WellKnownId { expected })
+                }
+                None if id < self.first_dynamic => return Err(RegistryError::ReservedId { id }),
+                _ => {}
+            }
+        }
+        self.register_name(name, Target::Fixed(id))
+    }
+
+    fn register_name(
+        &self,
+        name: Name,
+        target: Target,
+    ) -> Result<Namespace<'_, CAP>, RegistryError> {
+        let (id, generation) = self.claim(&name, target)?;
+        let slot = &self.slots[id as usize];
+        let len = name.len() as u8;
+        // Release fence: pairs with the acquire fence in `read_name`; a reader that sees any of
+        // the words below also sees our claim, and discards its copy.
+        fence(Ordering::Release);
+        let raw = name.raw();
+        for (i, w) in slot.name[..name.len().div_ceil(8)].iter().enumerate() {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&raw[i * 8..i * 8 + 8]);
+            w.store(u64::from_le_bytes(b), Ordering::Relaxed);
+        }
+        let pending = pack(generation, len, PENDING);
+        // SeqCst: the publication and the scan's loads below form a Dekker pair with any other
+        // registrant of the same name, so at least one of us sees the other. Release part: the
+        // name words above become visible to whoever loads this state.
+        slot.state.store(pending, Ordering::SeqCst);
+
+        if let Err(e) = self.settle_duplicates(id, &name) {
+            slot.state
+                .store(pack(generation, 0, FREE), Ordering::Release);
+            return Err(e);
+        }
+        // SeqCst CAS: fails if a lower-numbered rival doomed us after seeing our PENDING.
+        if slot
+            .state
+            .compare_exchange(
+                pending,
+                pack(generation, len, LIVE),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            )
+            .is_err()
+        {
+            slot.state
+                .store(pack(generation, 0, FREE), Ordering::Release);
+            return Err(RegistryError::DuplicateName);
+        }
+        // Release: pairs with `epoch()`'s Acquire load.
+        self.epoch.fetch_add(1, Ordering::Release);
+        Ok(Namespace::new(self, id, generation, name))
+    }
+
+    /// Takes a free slot: `(id, new generation)`.
+    fn claim(&self, name: &Name, target: Target) -> Result<(u16, u32), RegistryError> {
+        let ids = match target {
+            Target::Fixed(id) => id as usize..id as usize + 1,
+            Target::Dynamic => self.first_dynamic as usize..CAP,
+        };
+        for id in ids {
+            let slot = &self.slots[id];
+            let mut s = slot.state.load(Ordering::Relaxed);
+            while phase(s) == FREE {
+                let g = next_generation(generation(s));
+                // Acquire: pairs with the previous owner's Release store of FREE, so its last
+                // reads of the name words happen before our overwrites.
+                match slot.state.compare_exchange_weak(
+                    s,
+                    pack(g, 0, WRITING),
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => return Ok((id as u16, g)),
+                    Err(now) => {
+                        s = now;
+                        spin_hint();
+                    }
+                }
+            }
+            if let Target::Fixed(id) = target {
+                return Err(self.classify_taken(id, name));
+            }
+        }
+        Err(RegistryError::NamespaceExhausted {
+            capacity: CAP as u32,
+        })
+    }
+
+    /// Why a fixed id is not free: the same name holds it, or someone else does.
+    fn classify_taken(&self, id: u16, name: &Name) -> RegistryError {
+        let slot = &self.slots[id as usize];
+        let s = slot.state.load(Ordering::Acquire);
+        if phase(s) == LIVE && slot.name_equals(s, name) == Some(true) {
+            RegistryError::DuplicateName
+        } else {
+            RegistryError::IdInUse { id }
+        }
+    }
+
+    /// The scan of the duplicate-name protocol (see the module docs).
+    fn settle_duplicates(&self, me: u16, name: &Name) -> Result<(), RegistryError> {
+        for (j, slot) in self.slots.iter().enumerate() {
+            if j == me as usize {
+                continue;
+            }
+            loop {
+                // SeqCst: the other half of the Dekker pair (see `register_name`).
+                let s = slot.state.load(Ordering::SeqCst);
+                if !name_readable(s) {
+                    break; // FREE, or WRITING: that one will see us when it scans.
+                }
+                match slot.name_equals(s, name) {
+                    None => {
+                        spin_hint(); // changed under us: look again
+                        continue;
+                    }
+                    Some(false) => break,
+                    Some(true) => {}
+                }
+                match phase(s) {
+                    LIVE => return Err(RegistryError::DuplicateName),
+                    DOOMED => break,
+                    _ if j < me as usize => return Err(RegistryError::DuplicateName),
+                    _ => {
+                        let doomed = (s & !0xff) | DOOMED;
+                        // SeqCst CAS: ordered against the rival's confirm CAS; exactly one wins.
+                        if slot
+                            .state
+                            .compare_exchange(s, doomed, Ordering::SeqCst, Ordering::SeqCst)
+                            .is_ok()
+                        {
+                            break;
+                        }
+                        spin_hint(); // it confirmed or gave up: look again
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Called by a dropping [`Namespace`]: only the owner of a LIVE slot changes it.
+    pub(crate) fn release(&self, id: u16, generation: u32) {
+        let slot = &self.slots[id as usize];
+        debug_assert_eq!(
+            slot.state.load(Ordering::Relaxed) & !0xff00,
+            pack(generation, 0, LIVE)
+        );
+        // Release: our reads of the slot happen before the next claimer's writes.
+        slot.state
+            .store(pack(generation, 0, FREE), Ordering::Release);
+        self.epoch.fetch_add(1, Ordering::Release);
+    }
+
+    /// The live lease named `name`, if any.
+    pub fn lookup(&self, name: &str) -> Option<LeaseToken> {
+        let name = Name::new(name).ok()?;
+        let mut found = None;
+        self.for_each_live(|token, n| {
+            if found.is_none() && *n == name {
+                found = Some(token);
+            }
+        });
+        found
+    }
+
+    /// The name of live namespace `id`, if any.
+    pub fn name_of(&self, id: u16) -> Option<(LeaseToken, Name)> {
+        let slot = self.slots.get(id as usize)?;
+        self.read_live(slot)
+            .map(|(g, n)| (LeaseToken { id, generation: g }, n))
+    }
+
+    /// The lease's name if it is still live; [`RegistryError::StaleLease`] once released (R3).
+    pub fn check(&self, token: LeaseToken) -> Result<Name, RegistryError> {
+        match self.name_of(token.id) {
+            Some((t, n)) if t == token => Ok(n),
+            _ => Err(RegistryError::StaleLease {
+                id: token.id,
+                generation: token.generation,
+            }),
+        }
+    }
+
+    /// Calls `f` for every live namespace, in id order, with a consistent copy of its name (R4).
+    pub fn for_each_live(&self, mut f: impl FnMut(LeaseToken, &Name)) {
+        for (id, slot) in self.slots.iter().enumerate() {
+            if let Some((generation, name)) = self.read_live(slot) {
+                f(
+                    LeaseToken {
+                        id: id as u16,
+                        generation,
+                    },
+                    &name,
+                );
+            }
+        }
+    }
+
+    /// Number of live namespaces (a snapshot).
+    pub fn live_count(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| phase(s.state.load(Ordering::Relaxed)) == LIVE)
+            .count()
+    }
+
+    /// Generation of live slot `id`, or `None`: cheaper than reading the name.
+    pub(crate) fn live_generation(&self, id: u16) -> Option<u32> {
+        let s = self.slots.get(id as usize)?.state.load(Ordering::Acquire);
+        (phase(s) == LIVE).then_some(generation(s))
+    }
+
+    fn read_live(&self, slot: &Slot) -> Option<(u32, Name)> {
+        loop {
+            // Acquire: pairs with the registrant's SeqCst (release) publication, so the name
+            // words it wrote before are visible.
+            let s = slot.state.load(Ordering::Acquire);
+            if phase(s) != LIVE {
+                return None;
+            }
+            let mut buf = [0u8; MAX_NAME_LEN];
+            match slot.read_name(s, &mut buf) {
+                Some(s2) if phase(s2) == LIVE => {
+                    return Some((generation(s), Name::from_raw(name_len(s) as u8, buf)))
+                }
+                Some(_) => return None,
+                None => spin_hint(),
+            }
+        }
+    }
+}
+
+// SAFETY-free note: `Registry` is `Send + Sync` automatically: it holds only atomics and plain
+// `Copy` data; every cross-thread handoff goes through the state word's orderings above.
+
+#[cfg(not(loom))]
+static GLOBAL: Registry<256> = Registry::new(TagLayout::DEFAULT);
+
+/// The process-global registry: default layout (namespace in the top 8 bits), 256 ids,
+/// well-known names honoured. Libraries sharing a UCX worker register here.
+#[cfg(not(loom))]
+pub fn global() -> &'static Registry<256> {
+    &GLOBAL
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::wellknown::FIRST_DYNAMIC_ID;
+
+    fn reg() -> Registry<32> {
+        Registry::new(TagLayout::builder(59, 5).build_or_panic())
+    }
+
+    #[test]
+    fn ids_and_reservations() {
+        let r = reg();
+        let dask = r.register("dask").unwrap();
+        assert_eq!(dask.id(), 2);
+        let a = r.register("a").unwrap();
+        assert_eq!(a.id(), FIRST_DYNAMIC_ID);
+        assert_eq!(
+            r.register("dask").unwrap_err(),
+            RegistryError::DuplicateName
+        );
+        assert_eq!(r.register("a").unwrap_err(), RegistryError::DuplicateName);
+        assert_eq!(
+            r.register_at("x", 0).unwrap_err(),
+            RegistryError::ReservedId { id: 0 }
+        );
+        assert_eq!(
+            r.register_at("x", 1).unwrap_err(),
+            RegistryError::ReservedId { id: 1 }
+        );
+        assert_eq!(
+            r.register_at("x", 32).unwrap_err(),
+            RegistryError::ReservedId { id: 32 }
+        );
+        assert_eq!(
+            r.register_at("x", 9).unwrap_err(),
+            RegistryError::ReservedId { id: 9 }
+        );
+        assert_eq!(
+            r.register_at("cuml", 20).unwrap_err(),
+            RegistryError::WellKnownId { expected: 5 }
+        );
+        assert_eq!(
+            r.register_at("x", FIRST_DYNAMIC_ID).unwrap_err(),
+            RegistryError::IdInUse {
+                id: FIRST_DYNAMIC_ID
+            }
+        );
+        let x = r.register_at("x", 30).unwrap();
+        assert_eq!(x.id(), 30);
+        assert_eq!(
+            r.register_at("x", 31).unwrap_err(),
+            RegistryError::DuplicateName
+        );
+        assert_eq!(
+            r.register("").unwrap_err(),
+            RegistryError::BadName(crate::NameError::Empty)
+        );
+    }
+
+    #[test]
+    fn exhaustion_is_an_error_and_release_reuses() {
+        let r = reg();
+        let mut held = std::vec::Vec::new();
+        for i in 0..(32 - FIRST_DYNAMIC_ID as usize) {
+            held.push(r.register(&std::format!("lib{i}")).unwrap());
+        }
+        assert_eq!(
+            r.register("one-more").unwrap_err(),
+            RegistryError::NamespaceExhausted { capacity: 32 }
+        );
+        let victim = held.remove(3);
+        let (id, old) = (victim.id(), victim.token());
+        drop(victim);
+        assert!(r.check(old).is_err());
+        let again = r.register("one-more").unwrap();
+        assert_eq!(again.id(), id);
+        assert_ne!(again.token(), old);
+        assert_eq!(
+            r.check(old).unwrap_err(),
+            RegistryError::StaleLease {
+                id,
+                generation: old.generation
+            }
+        );
+        assert_eq!(r.check(again.token()).unwrap().as_str(), "one-more");
+    }
+
+    #[test]
+    fn lookups_and_epoch() {
+        let r = reg();
+        let e0 = r.epoch();
+        let a = r.register("alpha").unwrap();
+        assert!(r.epoch() > e0);
+        assert_eq!(r.lookup("alpha"), Some(a.token()));
+        assert_eq!(r.lookup("beta"), None);
+        assert_eq!(r.lookup("not a name"), None);
+        assert_eq!(r.name_of(a.id()).unwrap().1.as_str(), "alpha");
+        assert_eq!(r.name_of(1000), None);
+        assert_eq!(r.live_count(), 1);
+        let e1 = r.epoch();
+        drop(a);
+        assert!(r.epoch() > e1);
+        assert_eq!(r.live_count(), 0);
+        assert_eq!(r.lookup("alpha"), None);
+    }
+
+    #[test]
+    fn without_well_known_is_all_dynamic() {
+        let r: Registry<4> = Registry::without_well_known(TagLayout::DEFAULT);
+        let d = r.register("dask").unwrap();
+        assert_eq!(d.id(), 2);
+        let e = r.register("e").unwrap();
+        assert_eq!(e.id(), 3);
+        assert!(matches!(
+            r.register("f"),
+            Err(RegistryError::NamespaceExhausted { capacity: 4 })
+        ));
+        assert!(r.register_at("g", 2).is_err());
+    }
+
+    #[test]
+    fn global_is_shared() {
+        let a = global().register("tagspace-unit-test-global").unwrap();
+        assert_eq!(
+            global().lookup("tagspace-unit-test-global"),
+            Some(a.token())
+        );
+    }
+
+    #[test]
+    fn send_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<Registry<32>>();
+        assert_send_sync::<Namespace<'static, 256>>();
+        assert_send_sync::<LeaseToken>();
+    }
+    extern crate std;
+}

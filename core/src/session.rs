@@ -1,0 +1,730 @@
+//! The control plane as a sans-IO state machine: one [`Session`] per endpoint.
+//!
+//! A session takes the peer's bytes in ([`Session::handle`]) and hands bytes out
+//! ([`Session::poll_transmit`]); it never touches a network. Both adapters drive the same code,
+//! so their behaviour cannot drift apart.
+//!
+//! Protocol (version 1), per endpoint:
+//! 1. Each side sends one HELLO: layout fingerprint, process token, role, and its whole
+//!    name → id table. That is O(1) messages per endpoint, whatever the number of endpoints (P3).
+//! 2. On the peer's HELLO the session checks the layout, fills its [`Directory`] and is
+//!    established. Local ids are private: each side translates names through the directory, so
+//!    registration order does not matter (P1).
+//! 3. Afterwards the session keeps the peer in sync with the local registry: it compares what it
+//!    has told the peer with the registry (by generation) and emits WITHDRAW / ANNOUNCE for the
+//!    differences. Keeping state instead of an event queue bounds memory and never drops a change.
+//! 4. Any frame it cannot accept fails the session and queues a CLOSE naming why.
+//!
+//! Simultaneous connects (P4): when two sessions link the same pair of processes,
+//! [`Session::survives_duplicate`] keeps the one opened by the process with the lower token; both
+//! sides compute the same answer from the tokens exchanged in the HELLOs.
+//!
+//! ```
+//! use tagspace_core::session::{Session, Event};
+//! use tagspace_core::wire::Role;
+//! use tagspace_core::{Registry, TagLayout};
+//!
+//! let (ra, rb): (Registry<64>, Registry<64>) = (Registry::new(TagLayout::DEFAULT), Registry::new(TagLayout::DEFAULT));
+//! let _a1 = ra.register("engine-x").unwrap();          // id 16 here ...
+//! let _b0 = rb.register("other").unwrap();
+//! let b1 = rb.register("engine-x").unwrap();           // ... 17 there
+//! let mut a: Session<64> = Session::new(Role::Initiator, 1, ra.layout());
+//! let mut b: Session<64> = Session::new(Role::Acceptor, 2, rb.layout());
+//! let mut buf = vec![0u8; tagspace_core::wire::MAX_FRAME_LEN];
+//! let n = a.poll_transmit(&ra, &mut buf).unwrap().unwrap();
+//! assert!(matches!(b.handle(&buf[..n]), Ok(Some(Event::Established { .. }))));
+//! let n = b.poll_transmit(&rb, &mut buf).unwrap().unwrap();
+//! a.handle(&buf[..n]).unwrap();
+//! // b sends engine-x traffic to a's id for the name:
+//! assert_eq!(b.route(&b1).unwrap().remote_id(), 16);
+//! ```
+
+use crate::layout::TagLayout;
+use crate::name::Name;
+use crate::namespace::{Namespace, Route};
+use crate::registry::Registry;
+use crate::wire::{self, CloseReason, Frame, HelloEncoder, Role, WireError};
+use core::fmt;
+
+/// The peer's name → id table. Bounded by `CAP` entries.
+#[derive(Clone)]
+pub struct Directory<const CAP: usize> {
+    // Sorted by name: lookups on the send path are a binary search.
+    entries: heapless::Vec<(Name, u16), CAP>,
+}
+
+impl<const CAP: usize> Directory<CAP> {
+    const fn new() -> Self {
+        Directory {
+            entries: heapless::Vec::new(),
+        }
+    }
+
+    /// The peer's id for `name`.
+    pub fn lookup(&self, name: &Name) -> Option<u16> {
+        self.entries
+            .binary_search_by(|(n, _)| n.cmp(name))
+            .ok()
+            .map(|i| self.entries[i].1)
+    }
+
+    /// The peer's name for its id `id` (for decoding received tags in logs).
+    pub fn name_of(&self, id: u16) -> Option<&Name> {
+        self.entries.iter().find(|(_, i)| *i == id).map(|(n, _)| n)
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the peer has announced nothing.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// `(name, peer id)` pairs, sorted by name.
+    pub fn iter(&self) -> impl Iterator<Item = (&Name, u16)> {
+        self.entries.iter().map(|(n, i)| (n, *i))
+    }
+
+    fn insert(&mut self, id: u16, name: Name) -> Result<(), SessionError> {
+        if self.name_of(id).is_some() {
+            return Err(SessionError::DuplicateId { id });
+        }
+        match self.entries.binary_search_by(|(n, _)| n.cmp(&name)) {
+            Ok(_) => Err(SessionError::DuplicateName { name }),
+            Err(at) => {
+                self.entries
+                    .insert(at, (name, id))
+                    .map_err(|_| SessionError::DirectoryFull {
+                        capacity: CAP as u32,
+                    })
+            }
+        }
+    }
+
+    fn remove_id(&mut self, id: u16) -> Option<Name> {
+        let at = self.entries.iter().position(|(_, i)| *i == id)?;
+        Some(self.entries.remove(at).0)
+    }
+}
+
+/// What the peer said about itself in its HELLO.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerInfo {
+    /// Its process token.
+    pub token: u64,
+    /// Its role on this endpoint.
+    pub role: Role,
+}
+
+/// Something the adapter may want to act on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The peer's HELLO arrived and was accepted.
+    Established {
+        /// The peer's process token.
+        peer_token: u64,
+    },
+    /// The peer registered a namespace.
+    Announced {
+        /// Its name.
+        name: Name,
+        /// The peer's id for it.
+        id: u16,
+    },
+    /// The peer released a namespace.
+    Withdrawn {
+        /// Its name.
+        name: Name,
+        /// The peer's id it had.
+        id: u16,
+    },
+    /// The peer closed the session.
+    Closed {
+        /// Why.
+        reason: CloseReason,
+    },
+}
+
+/// Why a session failed. After any of these the session is closed and has queued a CLOSE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionError {
+    /// The peer's bytes are not a valid frame.
+    Wire(WireError),
+    /// The peer's tag layout differs from ours.
+    LayoutMismatch {
+        /// Our fingerprint.
+        local: u64,
+        /// Theirs.
+        peer: u64,
+    },
+    /// A frame that is not allowed in this state (for example ANNOUNCE before HELLO).
+    Unexpected {
+        /// The frame kind.
+        frame: &'static str,
+        /// Why it is not allowed.
+        why: &'static str,
+    },
+    /// The peer announced a name it already has.
+    DuplicateName {
+        /// The name.
+        name: Name,
+    },
+    /// The peer announced an id it already uses.
+    DuplicateId {
+        /// The id.
+        id: u16,
+    },
+    /// The peer withdrew an id it never announced.
+    UnknownId {
+        /// The id.
+        id: u16,
+    },
+    /// The peer has more namespaces than this side's directory holds.
+    DirectoryFull {
+        /// Entries this side holds per peer.
+        capacity: u32,
+    },
+    /// Both sides claim the same role on one endpoint.
+    RoleConflict,
+    /// The peer has this process's own token: a connection to itself, or a token collision.
+    SameToken,
+    /// The session is closed; nothing more is accepted.
+    Closed,
+}
+
+impl fmt::Display for SessionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            SessionError::Wire(e) => write!(f, "malformed control frame from peer: {e}"),
+            SessionError::LayoutMismatch { local, peer } => write!(
+                f,
+                "peer uses a different tag layout (fingerprint {peer:#018x}, ours {local:#018x})"
+            ),
+            SessionError::Unexpected { frame, why } => {
+                write!(f, "unexpected {frame} from peer: {why}")
+            }
+            SessionError::DuplicateName { name } => {
+                write!(f, "peer announced namespace \"{name}\" twice")
+            }
+            SessionError::DuplicateId { id } => write!(f, "peer announced id {id} twice"),
+            SessionError::UnknownId { id } => {
+                write!(f, "peer withdrew id {id}, which it never announced")
+            }
+            SessionError::DirectoryFull { capacity } => write!(
+                f,
+                "peer has more than {capacity} namespaces, more than this side can track"
+            ),
+            SessionError::RoleConflict => {
+                f.write_str("both sides claim the same role on one endpoint")
+            }
+            SessionError::SameToken => {
+                f.write_str("peer has this process's token (self-connection or token collision)")
+            }
+            SessionError::Closed => f.write_str("session is closed"),
+        }
+    }
+}
+
+impl core::error::Error for SessionError {}
+
+impl From<WireError> for SessionError {
+    fn from(e: WireError) -> Self {
+        SessionError::Wire(e)
+    }
+}
+
+/// Where a session is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Waiting for the peer's HELLO.
+    Connecting,
+    /// HELLOs exchanged; the directory is live.
+    Established,
+    /// A CLOSE is queued for the peer; nothing more is accepted.
+    Closing(CloseReason),
+    /// Done: the peer closed, or our CLOSE went out.
+    Closed,
+}
+
+/// The control-plane state of one endpoint. `CAP` bounds the peer's directory and must be at
+/// least the local registry's capacity.
+pub struct Session<const CAP: usize = 256> {
+    role: Role,
+    local_token: u64,
+    fingerprint: u64,
+    namespace_bits: u8,
+    phase: Phase,
+    hello_sent: bool,
+    peer: Option<PeerInfo>,
+    /// Generation of each local id as last told to the peer; 0 = not told.
+    told: [u32; CAP],
+    /// Registry epoch at which `told` was last found in sync.
+    synced_epoch: Option<u64>,
+    directory: Directory<CAP>,
+}
+
+impl<const CAP: usize> Session<CAP> {
+    /// A session for an endpoint we opened (`Initiator`) or accepted (`Acceptor`). `token` must
+    /// be unique per process (a random 64-bit value is).
+    pub fn new(role: Role, token: u64, layout: &TagLayout) -> Self {
+        Session {
+            role,
+            local_token: token,
+            fingerprint: layout.fingerprint(),
+            namespace_bits: layout.namespace_field().width() as u8,
+            phase: Phase::Connecting,
+            hello_sent: false,
+            peer: None,
+            told: [0; CAP],
+            synced_epoch: None,
+            directory: Directory::new(),
+        }
+    }
+
+    /// Current phase.
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// Whether HELLOs have been exchanged and the session is open.
+    pub fn is_established(&self) -> bool {
+        self.phase == Phase::Established
+    }
+
+    /// Our role on this endpoint.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// What the peer told us in its HELLO.
+    pub fn peer(&self) -> Option<PeerInfo> {
+        self.peer
+    }
+
+    /// The peer's name → id table.
+    pub fn directory(&self) -> &Directory<CAP> {
+        &self.directory
+    }
+
+    /// The route for `ns` on this peer, if the peer has registered the same name.
+    pub fn route<const R: usize>(&self, ns: &Namespace<'_, R>) -> Option<Route> {
+        self.directory
+            .lookup(ns.name())
+            .map(|remote| Route::new(ns.id(), remote))
+    }
+
+    /// Queues an orderly CLOSE with `reason`; the next `poll_transmit` sends it.
+    pub fn close(&mut self, reason: CloseReason) {
+        if !matches!(self.phase, Phase::Closed) {
+            self.phase = Phase::Closing(reason);
+        }
+    }
+
+    /// Whether this connection is the one to keep when another connection links the same two
+    /// processes (P4): the one opened by the process with the lower token survives. `None` until
+    /// the peer's HELLO has arrived.
+    pub fn survives_duplicate(&self) -> Option<bool> {
+        let peer = self.peer?;
+        let opener = match self.role {
+            Role::Initiator => self.local_token,
+            Role::Acceptor => peer.token,
+        };
+        Some(opener == self.local_token.min(peer.token))
+    }
+
+    fn fail(&mut self, e: SessionError) -> SessionError {
+        let reason = match e {
+            SessionError::LayoutMismatch { .. } => CloseReason::LayoutMismatch,
+            SessionError::Closed => return e,
+            _ => CloseReason::ProtocolError,
+        };
+        self.close(reason);
+        e
+    }
+
+    /// Takes one frame from the peer. Any error closes the session (and queues a CLOSE saying
+    /// why); the directory is left as it was before the bad frame.
+    pub fn handle(&mut self, bytes: &[u8]) -> Result<Option<Event>, SessionError> {
+        if matches!(self.phase, Phase::Closing(_) | Phase::Closed) {
+            return Err(SessionError::Closed);
+        }
+        self.handle_frame(bytes).map_err(|e| self.fail(e))
+    }
+
+    fn handle_frame(&mut self, bytes: &[u8]) -> Result<Option<Event>, SessionError> {
+        let frame = wire::decode(bytes)?;
+        match (self.phase, frame) {
+            (Phase::Connecting, Frame::Hello(h)) => {
+                if h.fingerprint != self.fingerprint {
+                    return Err(SessionError::LayoutMismatch {
+                        local: self.fingerprint,
+                        peer: h.fingerprint,
+                    });
+                }
+                if h.role == self.role {
+                    return Err(SessionError::RoleConflict);
+                }
+                if h.token == self.local_token {
+                    return Err(SessionError::SameToken);
+                }
+                let mut dir = Directory::new();
+                for (id, name) in h.entries() {
+                    dir.insert(id, name)?;
+                }
+                self.directory = dir;
+                self.peer = Some(PeerInfo {
+                    token: h.token,
+                    role: h.role,
+                });
+                self.phase = Phase::Established;
+                Ok(Some(Event::Established {
+                    peer_token: h.token,
+                }))
+            }
+            (Phase::Established, Frame::Hello(_)) => Err(SessionError::Unexpected {
+                frame: "HELLO",
+                why: "the peer already said hello on this endpoint",
+            }),
+            (Phase::Connecting, Frame::Announce { .. } | Frame::Withdraw { .. }) => {
+                Err(SessionError::Unexpected {
+                    frame: "announcement",
+                    why: "it arrived before the peer's HELLO",
+                })
+            }
+            (Phase::Established, Frame::Announce { id, name }) => {
+                if (id as u32) >> self.namespace_bits != 0 {
+                    return Err(WireError::IdOutOfRange {
+                        id,
+                        namespace_bits: self.namespace_bits,
+                    }
+                    .into());
+                }
+                self.directory.insert(id, name)?;
+                Ok(Some(Event::Announced { name, id }))
+            }
+            (Phase::Established, Frame::Withdraw { id }) => match self.directory.remove_id(id) {
+                Some(name) => Ok(Some(Event::Withdrawn { name, id })),
+                None => Err(SessionError::UnknownId { id }),
+            },
+            (_, Frame::Close { reason }) => {
+                self.phase = Phase::Closed;
+                Ok(Some(Event::Closed { reason }))
+            }
+            (Phase::Closing(_) | Phase::Closed, _) => Err(SessionError::Closed),
+        }
+    }
+
+    /// The next frame for the peer, written into `buf` (size it [`wire::MAX_FRAME_LEN`], or at
+    /// least large enough for this registry's HELLO). `Ok(None)`: nothing to send now. Call it
+    /// after creating the session, after every `handle`, and whenever `registry.epoch()` moves.
+    pub fn poll_transmit<const R: usize>(
+        &mut self,
+        registry: &Registry<R>,
+        buf: &mut [u8],
+    ) -> Result<Option<usize>, SessionError> {
+        match self.phase {
+            Phase::Closed => return Ok(None),
+            Phase::Closing(reason) => {
+                let n = Frame::Close { reason }.encode(buf)?;
+                self.phase = Phase::Closed;
+                return Ok(Some(n));
+            }
+            _ => {}
+        }
+        if !self.hello_sent {
+            return self.encode_hello(registry, buf).map(Some);
+        }
+        let epoch = registry.epoch();
+        if self.synced_epoch == Some(epoch) {
+            return Ok(None);
+        }
+        for id in 0..R.min(CAP) as u16 {
+            let told = self.told[id as usize];
+            let now = registry.live_generation(id).unwrap_or(0);
+            if told != 0 && told != now {
+                let n = Frame::Withdraw { id }.encode(buf)?;
+                self.told[id as usize] = 0;
+                return Ok(Some(n));
+            }
+            if now != 0 && told == 0 {
+                if let Some((token, name)) = registry.name_of(id) {
+                    let n = Frame::Announce { id, name }.encode(buf)?;
+                    self.told[id as usize] = token.generation;
+                    return Ok(Some(n));
+                }
+            }
+        }
+        self.synced_epoch = Some(epoch);
+        Ok(None)
+    }
+
+    fn encode_hello<const R: usize>(
+        &mut self,
+        registry: &Registry<R>,
+        buf: &mut [u8],
+    ) -> Result<usize, SessionError> {
+        // Read the epoch first: a change racing with the snapshot moves it, and the next poll
+        // reconciles.
+        let epoch = registry.epoch();
+        let mut enc = HelloEncoder::new(
+            buf,
+            self.fingerprint,
+            self.local_token,
+            self.role,
+            self.namespace_bits,
+        )?;
+        let mut told = [0u32; CAP];
+        let mut result = Ok(());
+        registry.for_each_live(|token, name| {
+            if result.is_ok() {
+                match told.get_mut(token.id as usize) {
+                    Some(slot) => {
+                        result = enc.push(token.id, name);
+                        *slot = token.generation;
+                    }
+                    None => {
+                        result = Err(WireError::FrameTooLarge);
+                    }
+                }
+            }
+        });
+        result?;
+        self.told = told;
+        self.synced_epoch = Some(epoch);
+        self.hello_sent = true;
+        Ok(enc.finish())
+    }
+}
+
+impl<const CAP: usize> fmt::Debug for Session<CAP> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Session")
+            .field("role", &self.role)
+            .field("phase", &self.phase)
+            .field("peer", &self.peer)
+            .field("directory_len", &self.directory.len())
+            .finish()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    extern crate std;
+    use super::*;
+    use std::vec;
+    use std::vec::Vec;
+
+    type Reg = Registry<64>;
+
+    fn reg() -> Reg {
+        Registry::new(TagLayout::DEFAULT)
+    }
+
+    /// Moves every pending frame from `from` to `to`; returns the events `to` saw.
+    fn pump(from: &mut Session<64>, fr: &Reg, to: &mut Session<64>) -> Vec<Event> {
+        let mut buf = vec![0u8; wire::MAX_FRAME_LEN];
+        let mut events = Vec::new();
+        while let Some(n) = from.poll_transmit(fr, &mut buf).unwrap() {
+            if let Some(e) = to.handle(&buf[..n]).unwrap() {
+                events.push(e);
+            }
+        }
+        events
+    }
+
+    fn pair(ra: &Reg, rb: &Reg) -> (Session<64>, Session<64>) {
+        let mut a = Session::new(Role::Initiator, 10, ra.layout());
+        let mut b = Session::new(Role::Acceptor, 20, rb.layout());
+        pump(&mut a, ra, &mut b);
+        pump(&mut b, rb, &mut a);
+        assert!(a.is_established() && b.is_established());
+        (a, b)
+    }
+
+    #[test]
+    fn different_registration_orders_route_by_name() {
+        let (ra, rb) = (reg(), reg());
+        let a_libs: Vec<_> = ["x", "y", "z"]
+            .iter()
+            .map(|n| ra.register(n).unwrap())
+            .collect();
+        let b_libs: Vec<_> = ["z", "x", "y"]
+            .iter()
+            .map(|n| rb.register(n).unwrap())
+            .collect();
+        let (a, b) = pair(&ra, &rb);
+        for la in &a_libs {
+            let lb = b_libs.iter().find(|l| l.name() == la.name()).unwrap();
+            assert_eq!(a.route(la).unwrap().remote_id(), lb.id());
+            assert_eq!(b.route(lb).unwrap().remote_id(), la.id());
+            // the tag a sends lands in b's namespace of the same name
+            let tag = la.remote_tag(a.route(la).unwrap(), 9).unwrap();
+            assert!(lb.owns(tag));
+        }
+    }
+
+    #[test]
+    fn announcements_follow_the_registry() {
+        let (ra, rb) = (reg(), reg());
+        let (mut a, mut b) = pair(&ra, &rb);
+        let late = ra.register("late").unwrap();
+        let ev = pump(&mut a, &ra, &mut b);
+        assert_eq!(
+            ev,
+            vec![Event::Announced {
+                name: Name::new("late").unwrap(),
+                id: late.id()
+            }]
+        );
+        assert_eq!(b.directory().lookup(late.name()), Some(late.id()));
+        let id = late.id();
+        drop(late);
+        let again = ra.register("again").unwrap(); // reuses the id with a new generation
+        assert_eq!(again.id(), id);
+        let ev = pump(&mut a, &ra, &mut b);
+        assert_eq!(
+            ev,
+            vec![
+                Event::Withdrawn {
+                    name: Name::new("late").unwrap(),
+                    id
+                },
+                Event::Announced {
+                    name: Name::new("again").unwrap(),
+                    id
+                }
+            ]
+        );
+        assert!(pump(&mut a, &ra, &mut b).is_empty());
+    }
+
+    #[test]
+    fn layout_mismatch_closes_with_reason() {
+        let ra = reg();
+        let other = TagLayout::builder(48, 8).build().unwrap();
+        let rb: Reg = Registry::new(other);
+        let mut a = Session::<64>::new(Role::Initiator, 1, ra.layout());
+        let mut b = Session::<64>::new(Role::Acceptor, 2, rb.layout());
+        let mut buf = vec![0u8; wire::MAX_FRAME_LEN];
+        let n = a.poll_transmit(&ra, &mut buf).unwrap().unwrap();
+        assert!(matches!(
+            b.handle(&buf[..n]),
+            Err(SessionError::LayoutMismatch { .. })
+        ));
+        let n = b.poll_transmit(&rb, &mut buf).unwrap().unwrap();
+        assert_eq!(
+            wire::decode(&buf[..n]),
+            Ok(Frame::Close {
+                reason: CloseReason::LayoutMismatch
+            })
+        );
+        assert_eq!(b.phase(), Phase::Closed);
+        assert_eq!(b.handle(&buf[..n]), Err(SessionError::Closed));
+    }
+
+    #[test]
+    fn protocol_violations_fail_the_session_only() {
+        let (ra, rb) = (reg(), reg());
+        let _x = rb.register("x").unwrap();
+        let (mut a, mut b) = pair(&ra, &rb);
+        let before = a.directory().len();
+        let mut buf = [0u8; 128];
+        let n = Frame::Withdraw { id: 40 }.encode(&mut buf).unwrap();
+        assert_eq!(a.handle(&buf[..n]), Err(SessionError::UnknownId { id: 40 }));
+        assert_eq!(a.directory().len(), before);
+        assert!(matches!(
+            a.phase(),
+            Phase::Closing(CloseReason::ProtocolError)
+        ));
+        // b is unaffected and can still talk to others
+        assert!(b.is_established());
+        b.close(CloseReason::Normal);
+        let mut out = vec![0u8; 64];
+        assert!(b.poll_transmit(&rb, &mut out).unwrap().is_some());
+        assert_eq!(b.poll_transmit(&rb, &mut out).unwrap(), None);
+    }
+
+    #[test]
+    fn announce_before_hello_and_duplicates_are_refused() {
+        let ra = reg();
+        let mut s = Session::<64>::new(Role::Acceptor, 1, ra.layout());
+        let mut buf = [0u8; 128];
+        let n = Frame::Announce {
+            id: 20,
+            name: Name::new("q").unwrap(),
+        }
+        .encode(&mut buf)
+        .unwrap();
+        assert!(matches!(
+            s.handle(&buf[..n]),
+            Err(SessionError::Unexpected { .. })
+        ));
+
+        let mut s = Session::<64>::new(Role::Acceptor, 1, ra.layout());
+        let mut e =
+            HelloEncoder::new(&mut buf, ra.layout().fingerprint(), 2, Role::Initiator, 8).unwrap();
+        e.push(20, &Name::new("q").unwrap()).unwrap();
+        e.push(21, &Name::new("q").unwrap()).unwrap();
+        let n = e.finish();
+        assert_eq!(
+            s.handle(&buf[..n]),
+            Err(SessionError::DuplicateName {
+                name: Name::new("q").unwrap()
+            })
+        );
+        assert!(s.directory().is_empty());
+    }
+
+    #[test]
+    fn role_and_token_checks() {
+        let ra = reg();
+        let mut a = Session::<64>::new(Role::Initiator, 5, ra.layout());
+        let mut b = Session::<64>::new(Role::Initiator, 6, ra.layout());
+        let mut buf = vec![0u8; wire::MAX_FRAME_LEN];
+        let n = a.poll_transmit(&ra, &mut buf).unwrap().unwrap();
+        assert_eq!(b.handle(&buf[..n]), Err(SessionError::RoleConflict));
+        let mut c = Session::<64>::new(Role::Acceptor, 5, ra.layout());
+        assert_eq!(c.handle(&buf[..n]), Err(SessionError::SameToken));
+    }
+
+    #[test]
+    fn simultaneous_connect_keeps_exactly_one() {
+        let (ra, rb) = (reg(), reg());
+        for (ta, tb) in [(1u64, 2u64), (2, 1), (u64::MAX, 0)] {
+            // connection 1: a opened it; connection 2: b opened it
+            let mut a1 = Session::<64>::new(Role::Initiator, ta, ra.layout());
+            let mut b1 = Session::<64>::new(Role::Acceptor, tb, rb.layout());
+            let mut b2 = Session::<64>::new(Role::Initiator, tb, rb.layout());
+            let mut a2 = Session::<64>::new(Role::Acceptor, ta, ra.layout());
+            pump(&mut a1, &ra, &mut b1);
+            pump(&mut b1, &rb, &mut a1);
+            pump(&mut b2, &rb, &mut a2);
+            pump(&mut a2, &ra, &mut b2);
+            let keep1 = a1.survives_duplicate().unwrap();
+            assert_eq!(keep1, b1.survives_duplicate().unwrap());
+            let keep2 = a2.survives_duplicate().unwrap();
+            assert_eq!(keep2, b2.survives_duplicate().unwrap());
+            assert!(keep1 ^ keep2, "exactly one connection survives");
+            assert_eq!(keep1, ta < tb);
+        }
+    }
+
+    #[test]
+    fn hello_is_independent_of_endpoint_count() {
+        // P3: the HELLO carries the namespace table, never a list of other endpoints, so its
+        // size does not grow as sessions are added.
+        let ra = reg();
+        let _n = ra.register("x").unwrap();
+        let mut buf = vec![0u8; wire::MAX_FRAME_LEN];
+        let sizes: Vec<usize> = (0..100)
+            .map(|i| {
+                let mut s = Session::<64>::new(Role::Initiator, i, ra.layout());
+                s.poll_transmit(&ra, &mut buf).unwrap().unwrap()
+            })
+            .collect();
+        assert!(sizes.iter().all(|&n| n == sizes[0]));
+    }
+}

@@ -1,0 +1,638 @@
+//! The control-plane wire format. Every byte string decodes to a [`Frame`] or a [`WireError`]
+//! naming what was wrong (invariant P5): no panic, no overflow, no allocation, and a frame is
+//! never larger than [`MAX_FRAME_LEN`].
+//!
+//! ```text
+//! frame    = magic "TS" | version u8 (=1) | kind u8 | body_len u16 | body      (big endian)
+//! HELLO    = fingerprint u64 | token u64 | role u8 | namespace_bits u8 | count u16 | entry*count
+//! entry    = id u16 | name_len u8 | name
+//! ANNOUNCE = entry
+//! WITHDRAW = id u16
+//! CLOSE    = reason u8
+//! ```
+//!
+//! ```
+//! use tagspace_core::wire::{decode, Frame, WireError};
+//! let mut buf = [0u8; 64];
+//! let n = Frame::Withdraw { id: 17 }.encode(&mut buf).unwrap();
+//! assert_eq!(decode(&buf[..n]), Ok(Frame::Withdraw { id: 17 }));
+//! assert_eq!(decode(b"XX\x01\x03\x00\x02\x00\x11"), Err(WireError::BadMagic([b'X', b'X'])));
+//! ```
+
+use crate::error::NameError;
+use crate::layout::{MAX_NAMESPACE_BITS, MIN_NAMESPACE_BITS};
+use crate::name::{Name, MAX_NAME_LEN};
+use crate::wellknown::{CONTROL_ID, UNMANAGED_ID};
+use core::fmt;
+
+/// The two magic bytes at the start of every frame.
+pub const MAGIC: [u8; 2] = *b"TS";
+/// The version this crate speaks.
+pub const VERSION: u8 = 1;
+/// Bytes before the body.
+pub const HEADER_LEN: usize = 6;
+/// Bytes of a HELLO before its entries.
+pub const HELLO_FIXED_LEN: usize = 20;
+/// Largest entry on the wire.
+pub const MAX_ENTRY_LEN: usize = 3 + MAX_NAME_LEN;
+/// Largest frame: the body length is a `u16`.
+pub const MAX_FRAME_LEN: usize = HEADER_LEN + u16::MAX as usize;
+
+const KIND_HELLO: u8 = 1;
+const KIND_ANNOUNCE: u8 = 2;
+const KIND_WITHDRAW: u8 = 3;
+const KIND_CLOSE: u8 = 4;
+
+/// What went wrong decoding or encoding a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WireError {
+    /// Fewer bytes than the format needs here.
+    Truncated {
+        /// Bytes needed from the start of the frame.
+        needed: usize,
+        /// Bytes present.
+        got: usize,
+    },
+    /// The frame does not start with `TS`.
+    BadMagic([u8; 2]),
+    /// A version this crate does not speak.
+    UnsupportedVersion(u8),
+    /// A frame kind this version does not define.
+    UnknownKind(u8),
+    /// The header's body length disagrees with the bytes present.
+    LengthMismatch {
+        /// Body length in the header.
+        declared: usize,
+        /// Body bytes present.
+        actual: usize,
+    },
+    /// A body has bytes after its last field.
+    TrailingBytes {
+        /// How many.
+        extra: usize,
+    },
+    /// A name is invalid.
+    BadName {
+        /// Offset of the name in the frame.
+        at: usize,
+        /// What is wrong with it.
+        error: NameError,
+    },
+    /// An entry claims id 0 (unmanaged) or the control-plane id.
+    ReservedId {
+        /// The id.
+        id: u16,
+    },
+    /// An entry's id does not fit the sender's namespace width.
+    IdOutOfRange {
+        /// The id.
+        id: u16,
+        /// The width.
+        namespace_bits: u8,
+    },
+    /// A HELLO's namespace width is outside the supported range.
+    BadNamespaceBits(u8),
+    /// A HELLO's role byte is neither 0 nor 1.
+    BadRole(u8),
+    /// The output buffer is too small (encoding only).
+    BufferTooSmall {
+        /// Bytes needed.
+        needed: usize,
+    },
+    /// A HELLO would exceed [`MAX_FRAME_LEN`] (encoding only).
+    FrameTooLarge,
+}
+
+impl fmt::Display for WireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            WireError::Truncated { needed, got } => write!(
+                f,
+                "control frame truncated: needed {needed} bytes, got {got}"
+            ),
+            WireError::BadMagic(m) => write!(
+                f,
+                "not a tagspace control frame: magic {:#04x} {:#04x}",
+                m[0], m[1]
+            ),
+            WireError::UnsupportedVersion(v) => write!(
+                f,
+                "control frame version {v} is not supported (this side speaks {VERSION})"
+            ),
+            WireError::UnknownKind(k) => write!(f, "unknown control frame kind {k}"),
+            WireError::LengthMismatch { declared, actual } => write!(
+                f,
+                "control frame declares a {declared}-byte body but carries {actual}"
+            ),
+            WireError::TrailingBytes { extra } => {
+                write!(f, "control frame has {extra} bytes after its last field")
+            }
+            WireError::BadName { at, error } => {
+                write!(f, "bad namespace name at byte {at}: {error}")
+            }
+            WireError::ReservedId { id } => write!(
+                f,
+                "peer announced reserved namespace id {id} (0 and 1 are never registered)"
+            ),
+            WireError::IdOutOfRange { id, namespace_bits } => write!(
+                f,
+                "peer announced namespace id {id}, which does not fit {namespace_bits} bits"
+            ),
+            WireError::BadNamespaceBits(b) => write!(
+                f,
+                "peer's namespace width {b} is outside {MIN_NAMESPACE_BITS}..={MAX_NAMESPACE_BITS}"
+            ),
+            WireError::BadRole(r) => write!(f, "peer's role byte {r} is neither 0 nor 1"),
+            WireError::BufferTooSmall { needed } => {
+                write!(f, "output buffer too small: {needed} bytes needed")
+            }
+            WireError::FrameTooLarge => f.write_str("frame would exceed the 64 KiB body limit"),
+        }
+    }
+}
+
+impl core::error::Error for WireError {}
+
+/// Which side opened the endpoint a HELLO travels on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// The side that accepted the connection.
+    Acceptor,
+    /// The side that connected.
+    Initiator,
+}
+
+/// Why a peer closes a session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CloseReason {
+    /// Orderly shutdown.
+    Normal,
+    /// The two sides' tag layouts differ.
+    LayoutMismatch,
+    /// The sender received something it could not accept.
+    ProtocolError,
+    /// Two connections formed at once; this one lost the tie-break.
+    Superseded,
+    /// A reason this version does not know; kept for forward compatibility.
+    Other(u8),
+}
+
+impl CloseReason {
+    const fn to_byte(self) -> u8 {
+        match self {
+            CloseReason::Normal => 0,
+            CloseReason::LayoutMismatch => 1,
+            CloseReason::ProtocolError => 2,
+            CloseReason::Superseded => 3,
+            CloseReason::Other(b) => b,
+        }
+    }
+
+    const fn from_byte(b: u8) -> CloseReason {
+        match b {
+            0 => CloseReason::Normal,
+            1 => CloseReason::LayoutMismatch,
+            2 => CloseReason::ProtocolError,
+            3 => CloseReason::Superseded,
+            b => CloseReason::Other(b),
+        }
+    }
+}
+
+/// A decoded HELLO. Its entries were all validated by [`decode`]; iterate with
+/// [`Hello::entries`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Hello<'a> {
+    /// The sender's [`TagLayout::fingerprint`](crate::TagLayout::fingerprint).
+    pub fingerprint: u64,
+    /// The sender's process token (unique per process; settles simultaneous connects).
+    pub token: u64,
+    /// The sender's role on this endpoint.
+    pub role: Role,
+    /// The sender's namespace width.
+    pub namespace_bits: u8,
+    count: u16,
+    entries: &'a [u8],
+}
+
+impl<'a> Hello<'a> {
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    /// Whether the sender has no namespaces.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The sender's `(id, name)` table.
+    pub fn entries(&self) -> impl Iterator<Item = (u16, Name)> + 'a {
+        let mut rest = self.entries;
+        core::iter::from_fn(move || {
+            // Already validated by `decode`; a failure here would mean a bug, so end quietly.
+            let (id, name, used) = read_entry(rest, 0, u8::MAX).ok()?;
+            rest = &rest[used..];
+            Some((id, name))
+        })
+    }
+}
+
+impl fmt::Debug for Hello<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        struct Entries<'b>(&'b Hello<'b>);
+        impl fmt::Debug for Entries<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_map().entries(self.0.entries()).finish()
+            }
+        }
+        f.debug_struct("Hello")
+            .field("fingerprint", &format_args!("{:#018x}", self.fingerprint))
+            .field("token", &format_args!("{:#018x}", self.token))
+            .field("role", &self.role)
+            .field("namespace_bits", &self.namespace_bits)
+            .field("entries", &Entries(self))
+            .finish()
+    }
+}
+
+/// One control-plane message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Frame<'a> {
+    /// First message on an endpoint, each way: who I am and my whole name → id table.
+    Hello(Hello<'a>),
+    /// I registered `name` at `id`.
+    Announce {
+        /// Sender's id.
+        id: u16,
+        /// The name.
+        name: Name,
+    },
+    /// I released `id`.
+    Withdraw {
+        /// Sender's id.
+        id: u16,
+    },
+    /// I am closing this session.
+    Close {
+        /// Why.
+        reason: CloseReason,
+    },
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
+        let end = self.pos.checked_add(n).ok_or(WireError::Truncated {
+            needed: usize::MAX,
+            got: self.buf.len(),
+        })?;
+        let s = self.buf.get(self.pos..end).ok_or(WireError::Truncated {
+            needed: end,
+            got: self.buf.len(),
+        })?;
+        self.pos = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8, WireError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16, WireError> {
+        let b = self.take(2)?;
+        Ok(u16::from_be_bytes([b[0], b[1]]))
+    }
+    fn u64(&mut self) -> Result<u64, WireError> {
+        let b = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_be_bytes(a))
+    }
+}
+
+/// Reads `id | len | name` from the start of `buf` (at frame offset `base`), validating the id
+/// against `bits` (`u8::MAX`: only the reserved ids are checked). Returns bytes used.
+fn read_entry(buf: &[u8], base: usize, bits: u8) -> Result<(u16, Name, usize), WireError> {
+    let mut r = Reader { buf, pos: 0 };
+    let truncated = |e: WireError| match e {
+        WireError::Truncated { needed, .. } => WireError::Truncated {
+            needed: base.saturating_add(needed),
+            got: base + buf.len(),
+        },
+        e => e,
+    };
+    let id = r.u16().map_err(truncated)?;
+    if id == UNMANAGED_ID || id == CONTROL_ID {
+        return Err(WireError::ReservedId { id });
+    }
+    if bits != u8::MAX && (id as u32) >> bits != 0 {
+        return Err(WireError::IdOutOfRange {
+            id,
+            namespace_bits: bits,
+        });
+    }
+    let len = r.u8().map_err(truncated)? as usize;
+    let at = base + r.pos;
+    let name = r.take(len).map_err(truncated)?;
+    let name = Name::from_bytes(name).map_err(|error| WireError::BadName { at, error })?;
+    Ok((id, name, r.pos))
+}
+
+/// Decodes exactly one frame occupying all of `bytes`.
+pub fn decode(bytes: &[u8]) -> Result<Frame<'_>, WireError> {
+    let mut r = Reader { buf: bytes, pos: 0 };
+    let magic = r.take(2)?;
+    if magic != MAGIC {
+        return Err(WireError::BadMagic([magic[0], magic[1]]));
+    }
+    let version = r.u8()?;
+    if version != VERSION {
+        return Err(WireError::UnsupportedVersion(version));
+    }
+    let kind = r.u8()?;
+    let declared = r.u16()? as usize;
+    let actual = bytes.len() - HEADER_LEN;
+    if declared != actual {
+        return Err(WireError::LengthMismatch { declared, actual });
+    }
+    let frame = match kind {
+        KIND_HELLO => {
+            let fingerprint = r.u64()?;
+            let token = r.u64()?;
+            let role = match r.u8()? {
+                0 => Role::Acceptor,
+                1 => Role::Initiator,
+                b => return Err(WireError::BadRole(b)),
+            };
+            let namespace_bits = r.u8()?;
+            if !(MIN_NAMESPACE_BITS..=MAX_NAMESPACE_BITS).contains(&(namespace_bits as u32)) {
+                return Err(WireError::BadNamespaceBits(namespace_bits));
+            }
+            let count = r.u16()?;
+            let start = r.pos;
+            for _ in 0..count {
+                let (_, _, used) = read_entry(&bytes[r.pos..], r.pos, namespace_bits)?;
+                r.pos += used;
+            }
+            Frame::Hello(Hello {
+                fingerprint,
+                token,
+                role,
+                namespace_bits,
+                count,
+                entries: &bytes[start..r.pos],
+            })
+        }
+        KIND_ANNOUNCE => {
+            let (id, name, used) = read_entry(&bytes[r.pos..], r.pos, u8::MAX)?;
+            r.pos += used;
+            Frame::Announce { id, name }
+        }
+        KIND_WITHDRAW => {
+            let id = r.u16()?;
+            if id == UNMANAGED_ID || id == CONTROL_ID {
+                return Err(WireError::ReservedId { id });
+            }
+            Frame::Withdraw { id }
+        }
+        KIND_CLOSE => Frame::Close {
+            reason: CloseReason::from_byte(r.u8()?),
+        },
+        k => return Err(WireError::UnknownKind(k)),
+    };
+    if r.pos != bytes.len() {
+        return Err(WireError::TrailingBytes {
+            extra: bytes.len() - r.pos,
+        });
+    }
+    Ok(frame)
+}
+
+/// Writes frames into a caller's buffer.
+struct Writer<'b> {
+    buf: &'b mut [u8],
+    pos: usize,
+}
+
+impl<'b> Writer<'b> {
+    fn put(&mut self, bytes: &[u8]) -> Result<(), WireError> {
+        let end = self.pos + bytes.len();
+        if end > MAX_FRAME_LEN {
+            return Err(WireError::FrameTooLarge);
+        }
+        let dst = self
+            .buf
+            .get_mut(self.pos..end)
+            .ok_or(WireError::BufferTooSmall { needed: end })?;
+        dst.copy_from_slice(bytes);
+        self.pos = end;
+        Ok(())
+    }
+    fn header(buf: &'b mut [u8], kind: u8) -> Result<Writer<'b>, WireError> {
+        let mut w = Writer { buf, pos: 0 };
+        w.put(&MAGIC)?;
+        w.put(&[VERSION, kind, 0, 0])?;
+        Ok(w)
+    }
+    fn entry(&mut self, id: u16, name: &Name) -> Result<(), WireError> {
+        self.put(&id.to_be_bytes())?;
+        self.put(&[name.len() as u8])?;
+        self.put(name.as_bytes())
+    }
+    fn finish(self) -> usize {
+        let body = (self.pos - HEADER_LEN) as u16;
+        self.buf[4..6].copy_from_slice(&body.to_be_bytes());
+        self.pos
+    }
+}
+
+/// Builds a HELLO entry by entry, straight into the output buffer.
+pub struct HelloEncoder<'b> {
+    w: Writer<'b>,
+    count: u16,
+}
+
+impl<'b> HelloEncoder<'b> {
+    /// Starts a HELLO in `buf`.
+    pub fn new(
+        buf: &'b mut [u8],
+        fingerprint: u64,
+        token: u64,
+        role: Role,
+        namespace_bits: u8,
+    ) -> Result<Self, WireError> {
+        let mut w = Writer::header(buf, KIND_HELLO)?;
+        w.put(&fingerprint.to_be_bytes())?;
+        w.put(&token.to_be_bytes())?;
+        w.put(&[role as u8, namespace_bits, 0, 0])?;
+        Ok(HelloEncoder { w, count: 0 })
+    }
+
+    /// Appends one `(id, name)` entry.
+    pub fn push(&mut self, id: u16, name: &Name) -> Result<(), WireError> {
+        if self.count == u16::MAX {
+            return Err(WireError::FrameTooLarge);
+        }
+        self.w.entry(id, name)?;
+        self.count += 1;
+        Ok(())
+    }
+
+    /// Patches the count and length; returns the frame's size.
+    pub fn finish(self) -> usize {
+        let count_at = HEADER_LEN + HELLO_FIXED_LEN - 2;
+        self.w.buf[count_at..count_at + 2].copy_from_slice(&self.count.to_be_bytes());
+        self.w.finish()
+    }
+}
+
+impl Frame<'_> {
+    /// Encodes into `buf`; returns the frame's size.
+    pub fn encode(&self, buf: &mut [u8]) -> Result<usize, WireError> {
+        match *self {
+            Frame::Hello(h) => {
+                let mut e =
+                    HelloEncoder::new(buf, h.fingerprint, h.token, h.role, h.namespace_bits)?;
+                for (id, name) in h.entries() {
+                    e.push(id, &name)?;
+                }
+                Ok(e.finish())
+            }
+            Frame::Announce { id, ref name } => {
+                let mut w = Writer::header(buf, KIND_ANNOUNCE)?;
+                w.entry(id, name)?;
+                Ok(w.finish())
+            }
+            Frame::Withdraw { id } => {
+                let mut w = Writer::header(buf, KIND_WITHDRAW)?;
+                w.put(&id.to_be_bytes())?;
+                Ok(w.finish())
+            }
+            Frame::Close { reason } => {
+                let mut w = Writer::header(buf, KIND_CLOSE)?;
+                w.put(&[reason.to_byte()])?;
+                Ok(w.finish())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello_bytes(entries: &[(u16, &str)]) -> ([u8; 512], usize) {
+        let mut buf = [0u8; 512];
+        let mut e = HelloEncoder::new(&mut buf, 0xfeed, 7, Role::Initiator, 8).unwrap();
+        for &(id, n) in entries {
+            e.push(id, &Name::new(n).unwrap()).unwrap();
+        }
+        let n = e.finish();
+        (buf, n)
+    }
+
+    #[test]
+    fn hello_round_trip() {
+        let (buf, n) = hello_bytes(&[(2, "dask"), (16, "engine")]);
+        let Frame::Hello(h) = decode(&buf[..n]).unwrap() else {
+            panic!("not a hello")
+        };
+        assert_eq!(
+            (h.fingerprint, h.token, h.role),
+            (0xfeed, 7, Role::Initiator)
+        );
+        let got: std::vec::Vec<_> = h.entries().map(|(i, n)| (i, n.as_str().into())).collect();
+        assert_eq!(
+            got,
+            std::vec![
+                (2, std::string::String::from("dask")),
+                (16, "engine".into())
+            ]
+        );
+        let mut again = [0u8; 512];
+        let m = Frame::Hello(h).encode(&mut again).unwrap();
+        assert_eq!(&buf[..n], &again[..m]);
+    }
+
+    #[test]
+    fn every_error_is_named() {
+        let (buf, n) = hello_bytes(&[(2, "dask")]);
+        let ok = &buf[..n];
+        assert!(matches!(decode(&ok[..3]), Err(WireError::Truncated { .. })));
+        assert_eq!(decode(&[]), Err(WireError::Truncated { needed: 2, got: 0 }));
+        let mut v = ok.to_vec();
+        v[2] = 9;
+        assert_eq!(decode(&v), Err(WireError::UnsupportedVersion(9)));
+        let mut v = ok.to_vec();
+        v[3] = 99;
+        assert_eq!(decode(&v), Err(WireError::UnknownKind(99)));
+        let mut v = ok.to_vec();
+        v.push(0);
+        assert_eq!(
+            decode(&v),
+            Err(WireError::LengthMismatch {
+                declared: n - HEADER_LEN,
+                actual: n - HEADER_LEN + 1
+            })
+        );
+        let mut v = ok.to_vec();
+        v[HEADER_LEN + 16] = 7;
+        assert_eq!(decode(&v), Err(WireError::BadRole(7)));
+        let mut v = ok.to_vec();
+        v[HEADER_LEN + 17] = 40;
+        assert_eq!(decode(&v), Err(WireError::BadNamespaceBits(40)));
+        // count says 2 entries, one present
+        let mut v = ok.to_vec();
+        v[HEADER_LEN + 19] = 2;
+        assert!(matches!(decode(&v), Err(WireError::Truncated { .. })));
+        // count says 0 entries, one present
+        let mut v = ok.to_vec();
+        v[HEADER_LEN + 19] = 0;
+        assert_eq!(decode(&v), Err(WireError::TrailingBytes { extra: 7 }));
+        let (buf, n) = hello_bytes(&[(300, "x")]);
+        assert_eq!(
+            decode(&buf[..n]),
+            Err(WireError::IdOutOfRange {
+                id: 300,
+                namespace_bits: 8
+            })
+        );
+        // a name with a control byte
+        let (mut buf, n) = hello_bytes(&[(2, "dask")]);
+        buf[n - 1] = b'\n';
+        assert_eq!(
+            decode(&buf[..n]),
+            Err(WireError::BadName {
+                at: n - 4,
+                error: NameError::BadByte { byte: b'\n', at: 3 }
+            })
+        );
+        assert_eq!(
+            decode(b"TS\x01\x03\x00\x02\x00\x01"),
+            Err(WireError::ReservedId { id: 1 })
+        );
+        assert_eq!(
+            decode(b"TS\x01\x02\x00\x03\x00\x00\x00"),
+            Err(WireError::ReservedId { id: 0 })
+        );
+        assert_eq!(
+            decode(b"TS\x01\x04\x00\x01\x09"),
+            Ok(Frame::Close {
+                reason: CloseReason::Other(9)
+            })
+        );
+    }
+
+    #[test]
+    fn encode_reports_small_buffers() {
+        let mut small = [0u8; 7];
+        assert_eq!(
+            Frame::Withdraw { id: 20 }.encode(&mut small),
+            Err(WireError::BufferTooSmall { needed: 8 })
+        );
+    }
+    extern crate std;
+}
