@@ -33,9 +33,9 @@
 //!   Readers copy them with relaxed loads and re-check the state word afterwards (a seqlock): a
 //!   copy is used only if the generation did not change and the slot was readable throughout, so
 //!   no reader acts on a torn name (R4).
-//! * Duplicate names (R2) are settled without a lock. A registrant publishes `PENDING`, then scans
-//!   every other slot (all SeqCst, so of two concurrent registrants at least one sees the other,
-//!   as in Dekker's algorithm). On finding its name `LIVE` it gives up; `PENDING` in a lower slot,
+//! * Duplicate names (R2) are settled without a lock. A registrant publishes `PENDING`, issues a
+//!   SeqCst fence, then scans every other slot; of two concurrent registrants at least one sees
+//!   the other, as in Dekker's algorithm. On finding its name `LIVE` it gives up; `PENDING` in a lower slot,
 //!   it gives up; `PENDING` in a higher slot, it dooms that slot by CAS. It then confirms
 //!   `PENDING → LIVE` by CAS, which fails if it was doomed. The lowest-numbered contender is
 //!   never doomed, so of concurrent registrants exactly one wins unless a live one exists.
@@ -305,24 +305,29 @@ impl<const CAP: usize> Registry<CAP> {
             w.store(u64::from_le_bytes(b), Ordering::Relaxed);
         }
         let pending = pack(generation, len, PENDING);
-        // SeqCst: the publication and the scan's loads below form a Dekker pair with any other
-        // registrant of the same name, so at least one of us sees the other. Release part: the
-        // name words above become visible to whoever loads this state.
-        slot.state.store(pending, Ordering::SeqCst);
+        // Release: the name words above become visible to whoever loads this state.
+        slot.state.store(pending, Ordering::Release);
+        // SeqCst fence: with the same fence in a rival registrant (store PENDING; fence; scan),
+        // this is Dekker's pattern: of two such fences one precedes the other in the single
+        // total order, and the later one's scan sees the earlier one's PENDING. (A fence rather
+        // than SeqCst accesses: same guarantee, and loom models fences but not SeqCst accesses.)
+        fence(Ordering::SeqCst);
 
         if let Err(e) = self.settle_duplicates(id, &name) {
             slot.state
                 .store(pack(generation, 0, FREE), Ordering::Release);
             return Err(e);
         }
-        // SeqCst CAS: fails if a lower-numbered rival doomed us after seeing our PENDING.
+        // Fails if a lower-numbered rival doomed us after seeing our PENDING: read-modify-writes
+        // of one word are totally ordered, so exactly one of doom and confirm succeeds. Release:
+        // readers that see LIVE see the name.
         if slot
             .state
             .compare_exchange(
                 pending,
                 pack(generation, len, LIVE),
-                Ordering::SeqCst,
-                Ordering::SeqCst,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
             )
             .is_err()
         {
@@ -388,8 +393,9 @@ impl<const CAP: usize> Registry<CAP> {
                 continue;
             }
             loop {
-                // SeqCst: the other half of the Dekker pair (see `register_name`).
-                let s = slot.state.load(Ordering::SeqCst);
+                // Acquire: pairs with the rival's Release publication, so its name words are
+                // visible. Ordered after our PENDING by the SeqCst fence in `register_name`.
+                let s = slot.state.load(Ordering::Acquire);
                 if !name_readable(s) {
                     break; // FREE, or WRITING: that one will see us when it scans.
                 }
@@ -407,10 +413,11 @@ impl<const CAP: usize> Registry<CAP> {
                     _ if j < me as usize => return Err(RegistryError::DuplicateName),
                     _ => {
                         let doomed = (s & !0xff) | DOOMED;
-                        // SeqCst CAS: ordered against the rival's confirm CAS; exactly one wins.
+                        // Ordered against the rival's confirm CAS on the same word: exactly one
+                        // of the two succeeds.
                         if slot
                             .state
-                            .compare_exchange(s, doomed, Ordering::SeqCst, Ordering::SeqCst)
+                            .compare_exchange(s, doomed, Ordering::AcqRel, Ordering::Relaxed)
                             .is_ok()
                         {
                             break;

@@ -1,0 +1,103 @@
+//! Threaded stress test of the registry, the real-hardware complement to the loom models (loom
+//! treats SeqCst as AcqRel and has no load buffering, so a pass there is evidence, not proof).
+//!
+//! Each thread registers names from a small shared pool, checks what it holds, and releases. A
+//! per-name and a per-id occupancy counter, incremented after registration returns and
+//! decremented before release, catches two live leases for one name (R2) or one id (R1).
+#![cfg(not(loom))]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use tagspace_core::{Registry, RegistryError, TagLayout};
+
+const NAMES: [&str; 6] = ["alpha", "beta", "gamma", "delta", "dask", "cuml"];
+
+#[test]
+fn concurrent_register_release_keeps_names_and_ids_unique() {
+    let reg: Arc<Registry<32>> =
+        Arc::new(Registry::new(TagLayout::builder(59, 5).build().unwrap()));
+    let name_holders: Arc<Vec<AtomicUsize>> =
+        Arc::new(NAMES.iter().map(|_| AtomicUsize::new(0)).collect());
+    let id_holders: Arc<Vec<AtomicUsize>> =
+        Arc::new((0..32).map(|_| AtomicUsize::new(0)).collect());
+    let threads = 4;
+    let rounds = 20_000;
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (reg, nh, ih) = (reg.clone(), name_holders.clone(), id_holders.clone());
+            std::thread::spawn(move || {
+                let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ t as u64;
+                let (mut won, mut lost) = (0u64, 0u64);
+                for _ in 0..rounds {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    let k = (seed % NAMES.len() as u64) as usize;
+                    match reg.register(NAMES[k]) {
+                        Ok(ns) => {
+                            won += 1;
+                            assert_eq!(
+                                nh[k].fetch_add(1, Ordering::SeqCst),
+                                0,
+                                "R2 broken for {}",
+                                NAMES[k]
+                            );
+                            assert_eq!(
+                                ih[ns.id() as usize].fetch_add(1, Ordering::SeqCst),
+                                0,
+                                "R1 broken"
+                            );
+                            assert_eq!(reg.check(ns.token()).unwrap().as_str(), NAMES[k]);
+                            assert_eq!(reg.lookup(NAMES[k]), Some(ns.token()));
+                            assert!(ns.id() >= 2, "R6: ids 0 and 1 are never handed out");
+                            let token = ns.token();
+                            ih[ns.id() as usize].fetch_sub(1, Ordering::SeqCst);
+                            nh[k].fetch_sub(1, Ordering::SeqCst);
+                            drop(ns);
+                            assert!(reg.check(token).is_err(), "R3: released lease still valid");
+                        }
+                        Err(RegistryError::DuplicateName) | Err(RegistryError::IdInUse { .. }) => {
+                            lost += 1
+                        }
+                        Err(e) => panic!("unexpected error {e}"),
+                    }
+                }
+                (won, lost)
+            })
+        })
+        .collect();
+    let mut total_won = 0;
+    for h in handles {
+        let (won, _lost) = h.join().unwrap();
+        total_won += won;
+    }
+    assert!(total_won > 0);
+    assert_eq!(reg.live_count(), 0);
+}
+
+#[test]
+fn readers_see_whole_names_during_churn() {
+    // R4 on real hardware: long names that differ in every word, so a torn read would be
+    // visible as a name that is not in the pool.
+    let pool: Vec<String> = (0..4)
+        .map(|i| format!("{0}{0}{0}{0}{0}{0}{0}{0}-{i}", char::from(b'a' + i as u8)).repeat(3))
+        .collect();
+    let reg: Arc<Registry<32>> =
+        Arc::new(Registry::new(TagLayout::builder(59, 5).build().unwrap()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (reg, pool, stop) = (reg.clone(), pool.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let _ns = reg.register(&pool[i % pool.len()]).unwrap();
+                i += 1;
+            }
+        })
+    };
+    for _ in 0..200_000 {
+        reg.for_each_live(|_, n| assert!(pool.iter().any(|p| p == n.as_str()), "torn: {n:?}"));
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+}

@@ -1,0 +1,221 @@
+//! Properties checked by the fuzz targets, kept in a library so that `tests/regressions.rs` can
+//! replay every saved input (`regressions/<target>/*`) through exactly the same code.
+//!
+//! Each check panics only when the property fails; inputs it cannot judge are skipped, with the
+//! reason in a comment where that happens.
+
+use arbitrary::Arbitrary;
+use tagspace_core::layout::{TagLayout, MAX_FIELDS, MAX_NAMESPACE_BITS, MIN_NAMESPACE_BITS};
+use tagspace_core::session::{Phase, Session};
+use tagspace_core::wire::{self, Role};
+use tagspace_core::{overlap, RawMatcher, Registry};
+
+/// `wire_decode`: any bytes decode to a frame or an error (never a panic), and a decoded frame
+/// re-encodes to exactly the input (the encoding is canonical).
+pub fn check_wire(bytes: &[u8]) {
+    if let Ok(frame) = wire::decode(bytes) {
+        let mut out = vec![0u8; wire::MAX_FRAME_LEN];
+        let n = frame
+            .encode(&mut out)
+            .expect("a decoded frame must re-encode");
+        assert_eq!(&out[..n], bytes, "decode/encode is not a round trip");
+    }
+}
+
+/// Input of `tag_algebra`.
+#[derive(Arbitrary, Debug)]
+pub struct AlgebraInput {
+    ns_shift: u8,
+    ns_width: u8,
+    fields: Vec<(u8, u8)>,
+    a: (u64, u64),
+    b: (u64, u64),
+    small_bits: u8,
+    payloads: (u64, u64, u64, u64),
+}
+
+/// `tag_algebra`: layout validation equals a bit-by-bit reference; `overlap` equals brute force
+/// where masks are confined to a few low bits; namespaces built from any valid layout never
+/// overlap (T1–T5).
+pub fn check_algebra(input: &AlgebraInput) {
+    // T5 against a reference that claims bits one by one.
+    let (s, w) = (input.ns_shift as u32, input.ns_width as u32);
+    let names = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"];
+    let fields = &input.fields[..input.fields.len().min(names.len())];
+    let mut builder = TagLayout::builder(s, w);
+    for (i, &(fs, fw)) in fields.iter().enumerate() {
+        builder = builder.field(names[i], fs as u32, fw as u32);
+    }
+    let got = builder.build();
+    let mut ok = (MIN_NAMESPACE_BITS..=MAX_NAMESPACE_BITS).contains(&w) && s + w <= 64;
+    let mut used = [false; 64];
+    if ok {
+        for bit in s..s + w {
+            used[bit as usize] = true;
+        }
+    }
+    ok &= fields.len() <= MAX_FIELDS;
+    for &(fs, fw) in fields {
+        let (fs, fw) = (fs as u32, fw as u32);
+        if !ok {
+            break;
+        }
+        if fw == 0 || fs + fw > 64 {
+            ok = false;
+            break;
+        }
+        for bit in fs..fs + fw {
+            ok &= !used[bit as usize];
+            used[bit as usize] = true;
+        }
+    }
+    assert_eq!(got.is_ok(), ok, "layout validation disagrees: {got:?}");
+
+    // T4 against brute force over the low k bits (masks confined there; tags are not).
+    let k = (input.small_bits % 11) as u32;
+    let low = (1u64 << k) - 1;
+    let a = RawMatcher::new(input.a.0, input.a.1 & low);
+    let b = RawMatcher::new(input.b.0, input.b.1 & low);
+    let brute = (0..=low).find(|&t| a.matches(t) && b.matches(t));
+    match overlap(a, b) {
+        Some(w) => assert!(a.matches(w) && b.matches(w), "bad witness {w:#x}"),
+        None => assert_eq!(brute, None, "overlap missed a common tag"),
+    }
+    assert_eq!(overlap(a, b).is_some(), brute.is_some());
+
+    // T1/T2 on the fuzzed layout, if it is valid.
+    if let Ok(layout) = got {
+        let reg: Registry<32> = Registry::new(layout);
+        let (x, y) = (reg.register("x").unwrap(), reg.register("y").unwrap());
+        let (p1, m1, p2, m2) = input.payloads;
+        let pm = layout.payload_mask();
+        let mx = x.matcher(p1 & pm, m1).unwrap();
+        let my = y.matcher(p2 & pm, m2).unwrap();
+        assert_eq!(overlap(mx.raw(), my.raw()), None, "namespaces overlap");
+        assert_eq!(mx.mask() & layout.namespace_mask(), layout.namespace_mask());
+        if let Ok(t) = x.tag(p1) {
+            assert_eq!(layout.namespace_of(t.raw()), x.id());
+            assert_eq!(x.payload_of(t), p1, "payload truncated");
+        }
+    }
+}
+
+/// One step of the `session` scenario.
+#[derive(Arbitrary, Debug)]
+pub enum Op {
+    /// Side A (or B) registers name `k % 8`.
+    Register { b_side: bool, k: u8 },
+    /// Side A (or B) releases name `k % 8`, if held.
+    Release { b_side: bool, k: u8 },
+    /// Deliver up to `n` pending frames from A to B (or B to A).
+    Pump { from_b: bool, n: u8 },
+    /// A hostile peer hands raw bytes to a third session, which must fail cleanly.
+    Hostile { bytes: Vec<u8> },
+}
+
+/// Input of `session`.
+#[derive(Arbitrary, Debug)]
+pub struct SessionInput {
+    ops: Vec<Op>,
+    token_a: u64,
+    token_b: u64,
+}
+
+const NAMES: [&str; 8] = [
+    "dask",
+    "cuml",
+    "blazingsql",
+    "e1",
+    "e2",
+    "e3",
+    "e4",
+    "legacy",
+];
+type Reg = Registry<32>;
+
+fn layout() -> TagLayout {
+    TagLayout::builder(59, 5).build_or_panic()
+}
+
+/// `session`: two sessions driven by any sequence of local registrations, releases and partial
+/// deliveries converge: once every frame is delivered, each side's directory equals the other
+/// side's live registry (P1). Hostile bytes never panic a session, and a failed session queues
+/// a CLOSE.
+pub fn check_session(input: &SessionInput) {
+    if input.token_a == input.token_b {
+        return; // equal tokens are refused by design (SameToken); nothing to converge
+    }
+    let (ra, rb): (Reg, Reg) = (Registry::new(layout()), Registry::new(layout()));
+    let mut held_a: Vec<Option<_>> = (0..NAMES.len()).map(|_| None).collect();
+    let mut held_b: Vec<Option<_>> = (0..NAMES.len()).map(|_| None).collect();
+    let mut sa: Session<32> = Session::new(Role::Initiator, input.token_a, ra.layout());
+    let mut sb: Session<32> = Session::new(Role::Acceptor, input.token_b, rb.layout());
+    let mut victim: Session<32> = Session::new(Role::Acceptor, input.token_b, rb.layout());
+    let mut buf = vec![0u8; wire::MAX_FRAME_LEN];
+
+    for op in input.ops.iter().take(256) {
+        match *op {
+            Op::Register { b_side, k } => {
+                let k = k as usize % NAMES.len();
+                let (reg, held) = if b_side {
+                    (&rb, &mut held_b)
+                } else {
+                    (&ra, &mut held_a)
+                };
+                if held[k].is_none() {
+                    held[k] = Some(reg.register(NAMES[k]).expect("free name must register"));
+                }
+            }
+            Op::Release { b_side, k } => {
+                let held = if b_side { &mut held_b } else { &mut held_a };
+                held[k as usize % NAMES.len()] = None;
+            }
+            Op::Pump { from_b, n } => {
+                let (from, fr, to) = if from_b {
+                    (&mut sb, &rb, &mut sa)
+                } else {
+                    (&mut sa, &ra, &mut sb)
+                };
+                for _ in 0..n {
+                    match from.poll_transmit(fr, &mut buf).expect("poll_transmit") {
+                        Some(len) => {
+                            to.handle(&buf[..len]).expect("honest frames are accepted");
+                        }
+                        None => break,
+                    }
+                }
+            }
+            Op::Hostile { ref bytes } => {
+                if victim.handle(bytes).is_err() {
+                    assert!(matches!(victim.phase(), Phase::Closing(_) | Phase::Closed));
+                    victim = Session::new(Role::Acceptor, input.token_b, rb.layout());
+                }
+            }
+        }
+    }
+    // Deliver everything, both ways, until quiet.
+    loop {
+        let mut moved = false;
+        while let Some(len) = sa.poll_transmit(&ra, &mut buf).unwrap() {
+            sb.handle(&buf[..len]).unwrap();
+            moved = true;
+        }
+        while let Some(len) = sb.poll_transmit(&rb, &mut buf).unwrap() {
+            sa.handle(&buf[..len]).unwrap();
+            moved = true;
+        }
+        if !moved {
+            break;
+        }
+    }
+    assert!(sa.is_established() && sb.is_established());
+    for (session, reg) in [(&sb, &ra), (&sa, &rb)] {
+        let mut live = Vec::new();
+        reg.for_each_live(|t, n| live.push((*n, t.id)));
+        live.sort();
+        let dir: Vec<_> = session.directory().iter().map(|(n, i)| (*n, i)).collect();
+        assert_eq!(dir, live, "directory did not converge");
+    }
+    assert_eq!(sa.survives_duplicate(), Some(input.token_a < input.token_b));
+    assert_eq!(sb.survives_duplicate(), Some(input.token_a < input.token_b));
+}
