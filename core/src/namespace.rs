@@ -110,18 +110,27 @@ impl<'r, const CAP: usize> Namespace<'r, CAP> {
     /// Releases the id now (the same as dropping the lease).
     pub fn release(self) {}
 
-    #[inline]
+    /// One combined test (no short-circuit) so the hot path is a single predictable branch and
+    /// batch loops can be if-converted; the error is worked out only when it is needed.
+    #[inline(always)]
     fn check_payload(&self, payload: u64) -> Result<(), TagError> {
-        if payload & self.ns_mask != 0 {
-            return Err(TagError::PayloadInNamespaceField {
-                payload,
-                namespace_mask: self.ns_mask,
-            });
-        }
-        if payload == !self.ns_mask {
-            return Err(TagError::ReservedInbox);
+        let bad = (payload & self.ns_mask != 0) | (payload == !self.ns_mask);
+        if bad {
+            return Err(self.payload_error(payload));
         }
         Ok(())
+    }
+
+    #[inline]
+    fn payload_error(&self, payload: u64) -> TagError {
+        if payload & self.ns_mask != 0 {
+            TagError::PayloadInNamespaceField {
+                payload,
+                namespace_mask: self.ns_mask,
+            }
+        } else {
+            TagError::ReservedInbox
+        }
     }
 
     /// The tag for `payload` in this namespace, for local loopback or a static route. Payload

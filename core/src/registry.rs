@@ -17,7 +17,8 @@
 //!
 //! # State machine of a slot
 //!
-//! Slot `i` holds namespace id `i`. Its state word packs `generation:32 | name_len:8 | phase:8`:
+//! Slot `i` holds namespace id `i`. Its state word packs
+//! `generation:32 | name_hash:16 | name_len:8 | phase:8`:
 //!
 //! ```text
 //!            claim (CAS, gen+1)        publish (SeqCst)         confirm (CAS)
@@ -39,6 +40,10 @@
 //!   it gives up; `PENDING` in a higher slot, it dooms that slot by CAS. It then confirms
 //!   `PENDING → LIVE` by CAS, which fails if it was doomed. The lowest-numbered contender is
 //!   never doomed, so of concurrent registrants exactly one wins unless a live one exists.
+//! * Scans stop at a high-water mark: one past the highest id ever claimed. A claimer raises it
+//!   before its SeqCst fence and a scanner reads it after its own, so by the same fence argument
+//!   a scanner that misses a rival's mark is seen by that rival. The 16-bit name hash in the state
+//!   word lets scans skip slots without reading names.
 //! * No step waits for another thread (R5): every loop retries only after another thread's CAS
 //!   succeeded, and exhaustion is an error.
 //! * The generation grows on every claim; a [`LeaseToken`] records it, so a token of a released
@@ -62,6 +67,22 @@ const DOOMED: u64 = 4;
 #[inline]
 const fn pack(generation: u32, len: u8, phase: u64) -> u64 {
     ((generation as u64) << 32) | ((len as u64) << 8) | phase
+}
+#[inline]
+const fn with_hash(s: u64, hash: u16) -> u64 {
+    s | ((hash as u64) << 16)
+}
+#[inline]
+const fn name_hash_of(s: u64) -> u16 {
+    (s >> 16) as u16
+}
+/// 16-bit FNV-1a fold: lets scans skip slots whose name cannot match.
+fn name_hash(name: &Name) -> u16 {
+    let mut h: u32 = 0x811c_9dc5;
+    for &b in name.as_bytes() {
+        h = (h ^ b as u32).wrapping_mul(0x0100_0193);
+    }
+    (h ^ (h >> 16)) as u16
 }
 #[inline]
 const fn phase(s: u64) -> u64 {
@@ -98,33 +119,34 @@ pub struct LeaseToken {
     pub generation: u32,
 }
 
-struct Slot {
-    state: AtomicU64,
-    name: [AtomicU64; NAME_WORDS],
+/// A slot's name words. State words live in their own dense array so scans touch few lines.
+struct NameWords([AtomicU64; NAME_WORDS]);
+
+/// A slot seen as its state word plus its name words.
+#[derive(Clone, Copy)]
+struct Slot<'a> {
+    state: &'a AtomicU64,
+    name: &'a NameWords,
 }
 
-impl Slot {
+impl NameWords {
     #[cfg(not(loom))]
-    const fn new() -> Slot {
-        Slot {
-            state: AtomicU64::new(pack(0, 0, FREE)),
-            name: [const { AtomicU64::new(0) }; NAME_WORDS],
-        }
+    const fn new() -> NameWords {
+        NameWords([const { AtomicU64::new(0) }; NAME_WORDS])
     }
 
     #[cfg(loom)]
-    fn new() -> Slot {
-        Slot {
-            state: AtomicU64::new(pack(0, 0, FREE)),
-            name: core::array::from_fn(|_| AtomicU64::new(0)),
-        }
+    fn new() -> NameWords {
+        NameWords(core::array::from_fn(|_| AtomicU64::new(0)))
     }
+}
 
+impl Slot<'_> {
     /// Copies the name published under state `s1` into `out`. `Some(s2)` with the state seen
     /// after the copy if the copy is consistent, `None` if the slot changed meanwhile.
     fn read_name(&self, s1: u64, out: &mut [u8; MAX_NAME_LEN]) -> Option<u64> {
         let words = name_len(s1).div_ceil(8);
-        for (i, w) in self.name[..words].iter().enumerate() {
+        for (i, w) in self.name.0[..words].iter().enumerate() {
             let v = w.load(Ordering::Relaxed);
             out[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
         }
@@ -137,8 +159,8 @@ impl Slot {
     }
 
     /// Whether the name published under `s1` equals `name`; `None` if the slot changed meanwhile.
-    fn name_equals(&self, s1: u64, name: &Name) -> Option<bool> {
-        if name_len(s1) != name.len() {
+    fn name_equals(&self, s1: u64, name: &Name, hash: u16) -> Option<bool> {
+        if name_len(s1) != name.len() || name_hash_of(s1) != hash {
             return Some(false);
         }
         let mut buf = [0u8; MAX_NAME_LEN];
@@ -154,7 +176,10 @@ pub struct Registry<const CAP: usize = 256> {
     layout: TagLayout,
     first_dynamic: u16,
     epoch: AtomicU64,
-    slots: [Slot; CAP],
+    /// One past the highest id ever claimed; scans stop here.
+    high_water: AtomicU64,
+    states: [AtomicU64; CAP],
+    names: [NameWords; CAP],
 }
 
 /// Where a registration wants to go.
@@ -189,7 +214,9 @@ impl<const CAP: usize> Registry<CAP> {
             layout,
             first_dynamic,
             epoch: AtomicU64::new(0),
-            slots: [const { Slot::new() }; CAP],
+            high_water: AtomicU64::new(0),
+            states: [const { AtomicU64::new(pack(0, 0, FREE)) }; CAP],
+            names: [const { NameWords::new() }; CAP],
         }
     }
 
@@ -212,7 +239,9 @@ impl<const CAP: usize> Registry<CAP> {
             layout,
             first_dynamic,
             epoch: AtomicU64::new(0),
-            slots: core::array::from_fn(|_| Slot::new()),
+            high_water: AtomicU64::new(0),
+            states: core::array::from_fn(|_| AtomicU64::new(pack(0, 0, FREE))),
+            names: core::array::from_fn(|_| NameWords::new()),
         }
     }
 
@@ -231,6 +260,20 @@ impl<const CAP: usize> Registry<CAP> {
         } else {
             CONTROL_ID + 1
         }
+    }
+
+    fn slot(&self, id: usize) -> Slot<'_> {
+        Slot {
+            state: &self.states[id],
+            name: &self.names[id],
+        }
+    }
+
+    /// Ids that may have been claimed: `0..high_water`. Registrants load it Relaxed after their
+    /// SeqCst fence (the fence orders it); readers load it Acquire, which covers every
+    /// registration that completed before the read.
+    fn used(&self, order: Ordering) -> usize {
+        (self.high_water.load(order) as usize).min(CAP)
     }
 
     /// The tag layout every namespace of this registry uses.
@@ -292,19 +335,20 @@ impl<const CAP: usize> Registry<CAP> {
         name: Name,
         target: Target,
     ) -> Result<Namespace<'_, CAP>, RegistryError> {
-        let (id, generation) = self.claim(&name, target)?;
-        let slot = &self.slots[id as usize];
+        let hash = name_hash(&name);
+        let (id, generation) = self.claim(&name, hash, target)?;
+        let slot = self.slot(id as usize);
         let len = name.len() as u8;
         // Release fence: pairs with the acquire fence in `read_name`; a reader that sees any of
         // the words below also sees our claim, and discards its copy.
         fence(Ordering::Release);
         let raw = name.raw();
-        for (i, w) in slot.name[..name.len().div_ceil(8)].iter().enumerate() {
+        for (i, w) in slot.name.0[..name.len().div_ceil(8)].iter().enumerate() {
             let mut b = [0u8; 8];
             b.copy_from_slice(&raw[i * 8..i * 8 + 8]);
             w.store(u64::from_le_bytes(b), Ordering::Relaxed);
         }
-        let pending = pack(generation, len, PENDING);
+        let pending = with_hash(pack(generation, len, PENDING), hash);
         // Release: the name words above become visible to whoever loads this state.
         slot.state.store(pending, Ordering::Release);
         // SeqCst fence: with the same fence in a rival registrant (store PENDING; fence; scan),
@@ -313,7 +357,7 @@ impl<const CAP: usize> Registry<CAP> {
         // than SeqCst accesses: same guarantee, and loom models fences but not SeqCst accesses.)
         fence(Ordering::SeqCst);
 
-        if let Err(e) = self.settle_duplicates(id, &name) {
+        if let Err(e) = self.settle_duplicates(id, &name, hash) {
             slot.state
                 .store(pack(generation, 0, FREE), Ordering::Release);
             return Err(e);
@@ -325,7 +369,7 @@ impl<const CAP: usize> Registry<CAP> {
             .state
             .compare_exchange(
                 pending,
-                pack(generation, len, LIVE),
+                with_hash(pack(generation, len, LIVE), hash),
                 Ordering::AcqRel,
                 Ordering::Relaxed,
             )
@@ -341,13 +385,13 @@ impl<const CAP: usize> Registry<CAP> {
     }
 
     /// Takes a free slot: `(id, new generation)`.
-    fn claim(&self, name: &Name, target: Target) -> Result<(u16, u32), RegistryError> {
+    fn claim(&self, name: &Name, hash: u16, target: Target) -> Result<(u16, u32), RegistryError> {
         let ids = match target {
             Target::Fixed(id) => id as usize..id as usize + 1,
             Target::Dynamic => self.first_dynamic as usize..CAP,
         };
         for id in ids {
-            let slot = &self.slots[id];
+            let slot = self.slot(id);
             let mut s = slot.state.load(Ordering::Relaxed);
             while phase(s) == FREE {
                 let g = next_generation(generation(s));
@@ -359,7 +403,12 @@ impl<const CAP: usize> Registry<CAP> {
                     Ordering::Acquire,
                     Ordering::Relaxed,
                 ) {
-                    Ok(_) => return Ok((id as u16, g)),
+                    Ok(_) => {
+                        // Relaxed: sequenced before our SeqCst fence, which is all the
+                        // high-water argument needs (see the module docs).
+                        self.high_water.fetch_max(id as u64 + 1, Ordering::Relaxed);
+                        return Ok((id as u16, g));
+                    }
                     Err(now) => {
                         s = now;
                         spin_hint();
@@ -367,7 +416,7 @@ impl<const CAP: usize> Registry<CAP> {
                 }
             }
             if let Target::Fixed(id) = target {
-                return Err(self.classify_taken(id, name));
+                return Err(self.classify_taken(id, name, hash));
             }
         }
         Err(RegistryError::NamespaceExhausted {
@@ -376,10 +425,10 @@ impl<const CAP: usize> Registry<CAP> {
     }
 
     /// Why a fixed id is not free: the same name holds it, or someone else does.
-    fn classify_taken(&self, id: u16, name: &Name) -> RegistryError {
-        let slot = &self.slots[id as usize];
+    fn classify_taken(&self, id: u16, name: &Name, hash: u16) -> RegistryError {
+        let slot = self.slot(id as usize);
         let s = slot.state.load(Ordering::Acquire);
-        if phase(s) == LIVE && slot.name_equals(s, name) == Some(true) {
+        if phase(s) == LIVE && slot.name_equals(s, name, hash) == Some(true) {
             RegistryError::DuplicateName
         } else {
             RegistryError::IdInUse { id }
@@ -387,11 +436,12 @@ impl<const CAP: usize> Registry<CAP> {
     }
 
     /// The scan of the duplicate-name protocol (see the module docs).
-    fn settle_duplicates(&self, me: u16, name: &Name) -> Result<(), RegistryError> {
-        for (j, slot) in self.slots.iter().enumerate() {
+    fn settle_duplicates(&self, me: u16, name: &Name, hash: u16) -> Result<(), RegistryError> {
+        for j in 0..self.used(Ordering::Relaxed) {
             if j == me as usize {
                 continue;
             }
+            let slot = self.slot(j);
             loop {
                 // Acquire: pairs with the rival's Release publication, so its name words are
                 // visible. Ordered after our PENDING by the SeqCst fence in `register_name`.
@@ -399,7 +449,7 @@ impl<const CAP: usize> Registry<CAP> {
                 if !name_readable(s) {
                     break; // FREE, or WRITING: that one will see us when it scans.
                 }
-                match slot.name_equals(s, name) {
+                match slot.name_equals(s, name, hash) {
                     None => {
                         spin_hint(); // changed under us: look again
                         continue;
@@ -432,33 +482,50 @@ impl<const CAP: usize> Registry<CAP> {
 
     /// Called by a dropping [`Namespace`]: only the owner of a LIVE slot changes it.
     pub(crate) fn release(&self, id: u16, generation: u32) {
-        let slot = &self.slots[id as usize];
+        let state = &self.states[id as usize];
         debug_assert_eq!(
-            slot.state.load(Ordering::Relaxed) & !0xff00,
+            state.load(Ordering::Relaxed) & !0xffff_ff00,
             pack(generation, 0, LIVE)
         );
-        // Release: our reads of the slot happen before the next claimer's writes.
-        slot.state
-            .store(pack(generation, 0, FREE), Ordering::Release);
-        self.epoch.fetch_add(1, Ordering::Release);
+        // Epoch first: whoever sees this slot FREE (Acquire) then also sees the new epoch, so a
+        // scan that checks the epoch afterwards notices the release (the session relies on it).
+        self.epoch.fetch_add(1, Ordering::Relaxed);
+        // Release: our reads of the slot, and the epoch bump, happen before the next claimer's
+        // writes and before any reader that sees FREE.
+        state.store(pack(generation, 0, FREE), Ordering::Release);
     }
 
     /// The live lease named `name`, if any.
     pub fn lookup(&self, name: &str) -> Option<LeaseToken> {
         let name = Name::new(name).ok()?;
-        let mut found = None;
-        self.for_each_live(|token, n| {
-            if found.is_none() && *n == name {
-                found = Some(token);
+        let hash = name_hash(&name);
+        (0..self.used(Ordering::Acquire)).find_map(|id| {
+            let slot = self.slot(id);
+            loop {
+                let s = slot.state.load(Ordering::Acquire);
+                if phase(s) != LIVE {
+                    return None;
+                }
+                match slot.name_equals(s, &name, hash) {
+                    Some(true) => {
+                        return Some(LeaseToken {
+                            id: id as u16,
+                            generation: generation(s),
+                        })
+                    }
+                    Some(false) => return None,
+                    None => spin_hint(),
+                }
             }
-        });
-        found
+        })
     }
 
     /// The name of live namespace `id`, if any.
     pub fn name_of(&self, id: u16) -> Option<(LeaseToken, Name)> {
-        let slot = self.slots.get(id as usize)?;
-        self.read_live(slot)
+        if id as usize >= CAP {
+            return None;
+        }
+        self.read_live(self.slot(id as usize))
             .map(|(g, n)| (LeaseToken { id, generation: g }, n))
     }
 
@@ -475,8 +542,8 @@ impl<const CAP: usize> Registry<CAP> {
 
     /// Calls `f` for every live namespace, in id order, with a consistent copy of its name (R4).
     pub fn for_each_live(&self, mut f: impl FnMut(LeaseToken, &Name)) {
-        for (id, slot) in self.slots.iter().enumerate() {
-            if let Some((generation, name)) = self.read_live(slot) {
+        for id in 0..self.used(Ordering::Acquire) {
+            if let Some((generation, name)) = self.read_live(self.slot(id)) {
                 f(
                     LeaseToken {
                         id: id as u16,
@@ -490,19 +557,19 @@ impl<const CAP: usize> Registry<CAP> {
 
     /// Number of live namespaces (a snapshot).
     pub fn live_count(&self) -> usize {
-        self.slots
+        self.states[..self.used(Ordering::Acquire)]
             .iter()
-            .filter(|s| phase(s.state.load(Ordering::Relaxed)) == LIVE)
+            .filter(|s| phase(s.load(Ordering::Relaxed)) == LIVE)
             .count()
     }
 
     /// Generation of live slot `id`, or `None`: cheaper than reading the name.
     pub(crate) fn live_generation(&self, id: u16) -> Option<u32> {
-        let s = self.slots.get(id as usize)?.state.load(Ordering::Acquire);
+        let s = self.states.get(id as usize)?.load(Ordering::Acquire);
         (phase(s) == LIVE).then_some(generation(s))
     }
 
-    fn read_live(&self, slot: &Slot) -> Option<(u32, Name)> {
+    fn read_live(&self, slot: Slot<'_>) -> Option<(u32, Name)> {
         loop {
             // Acquire: pairs with the registrant's SeqCst (release) publication, so the name
             // words it wrote before are visible.

@@ -437,28 +437,42 @@ impl<const CAP: usize> Session<CAP> {
         if !self.hello_sent {
             return self.encode_hello(registry, buf).map(Some);
         }
-        let epoch = registry.epoch();
-        if self.synced_epoch == Some(epoch) {
-            return Ok(None);
-        }
-        for id in 0..R.min(CAP) as u16 {
-            let told = self.told[id as usize];
-            let now = registry.live_generation(id).unwrap_or(0);
-            if told != 0 && told != now {
-                let n = Frame::Withdraw { id }.encode(buf)?;
-                self.told[id as usize] = 0;
-                return Ok(Some(n));
+        'rescan: loop {
+            let epoch = registry.epoch();
+            if self.synced_epoch == Some(epoch) {
+                return Ok(None);
             }
-            if now != 0 && told == 0 {
+            let ids = 0..R.min(CAP) as u16;
+            // Withdrawals first: a name that moved to another id must leave the peer's table
+            // before it is announced again, or the peer sees it twice.
+            for id in ids.clone() {
+                let told = self.told[id as usize];
+                if told != 0 && registry.live_generation(id) != Some(told) {
+                    let n = Frame::Withdraw { id }.encode(buf)?;
+                    self.told[id as usize] = 0;
+                    return Ok(Some(n));
+                }
+            }
+            for id in ids {
+                if self.told[id as usize] != 0 {
+                    continue;
+                }
                 if let Some((token, name)) = registry.name_of(id) {
+                    // If anything was released or registered since the withdrawal pass, that
+                    // pass may be out of date (the name may have just moved here): start over.
+                    // Releases bump the epoch before freeing, so seeing this registration
+                    // implies seeing any release it depended on.
+                    if registry.epoch() != epoch {
+                        continue 'rescan;
+                    }
                     let n = Frame::Announce { id, name }.encode(buf)?;
                     self.told[id as usize] = token.generation;
                     return Ok(Some(n));
                 }
             }
+            self.synced_epoch = Some(epoch);
+            return Ok(None);
         }
-        self.synced_epoch = Some(epoch);
-        Ok(None)
     }
 
     fn encode_hello<const R: usize>(
@@ -466,36 +480,42 @@ impl<const CAP: usize> Session<CAP> {
         registry: &Registry<R>,
         buf: &mut [u8],
     ) -> Result<usize, SessionError> {
-        // Read the epoch first: a change racing with the snapshot moves it, and the next poll
-        // reconciles.
-        let epoch = registry.epoch();
-        let mut enc = HelloEncoder::new(
-            buf,
-            self.fingerprint,
-            self.local_token,
-            self.role,
-            self.namespace_bits,
-        )?;
-        let mut told = [0u32; CAP];
-        let mut result = Ok(());
-        registry.for_each_live(|token, name| {
-            if result.is_ok() {
-                match told.get_mut(token.id as usize) {
-                    Some(slot) => {
-                        result = enc.push(token.id, name);
-                        *slot = token.generation;
-                    }
-                    None => {
-                        result = Err(WireError::FrameTooLarge);
+        // The snapshot is taken slot by slot; if the epoch moved meanwhile a name may have moved
+        // between ids and been seen twice, so take it again. Each retry means another thread
+        // registered or released: lock-free, not wait-free.
+        loop {
+            let epoch = registry.epoch();
+            let mut enc = HelloEncoder::new(
+                &mut *buf,
+                self.fingerprint,
+                self.local_token,
+                self.role,
+                self.namespace_bits,
+            )?;
+            let mut told = [0u32; CAP];
+            let mut result = Ok(());
+            registry.for_each_live(|token, name| {
+                if result.is_ok() {
+                    match told.get_mut(token.id as usize) {
+                        Some(slot) => {
+                            result = enc.push(token.id, name);
+                            *slot = token.generation;
+                        }
+                        None => {
+                            result = Err(WireError::FrameTooLarge);
+                        }
                     }
                 }
+            });
+            result?;
+            if registry.epoch() != epoch {
+                continue;
             }
-        });
-        result?;
-        self.told = told;
-        self.synced_epoch = Some(epoch);
-        self.hello_sent = true;
-        Ok(enc.finish())
+            self.told = told;
+            self.synced_epoch = Some(epoch);
+            self.hello_sent = true;
+            return Ok(enc.finish());
+        }
     }
 }
 
@@ -599,6 +619,39 @@ mod tests {
             ]
         );
         assert!(pump(&mut a, &ra, &mut b).is_empty());
+    }
+
+    #[test]
+    fn a_name_moving_to_a_lower_id_is_withdrawn_first() {
+        // Found by the session fuzz target (fuzz/regressions/session/crash-841f...).
+        let (ra, rb) = (reg(), reg());
+        let x = ra.register("x").unwrap();
+        let e1 = ra.register("e1").unwrap();
+        let (low, high) = (x.id(), e1.id());
+        let (mut a, mut b) = pair(&ra, &rb);
+        drop(x);
+        drop(e1);
+        let e1 = ra.register("e1").unwrap();
+        assert_eq!(e1.id(), low);
+        let ev = pump(&mut a, &ra, &mut b);
+        let name = |s| Name::new(s).unwrap();
+        assert_eq!(
+            ev,
+            vec![
+                Event::Withdrawn {
+                    name: name("x"),
+                    id: low
+                },
+                Event::Withdrawn {
+                    name: name("e1"),
+                    id: high
+                },
+                Event::Announced {
+                    name: name("e1"),
+                    id: low
+                },
+            ]
+        );
     }
 
     #[test]

@@ -101,3 +101,60 @@ fn readers_see_whole_names_during_churn() {
     stop.store(true, Ordering::Relaxed);
     writer.join().unwrap();
 }
+
+#[test]
+fn session_stays_consistent_while_the_registry_churns() {
+    // The sender's registry changes under it (names moving between ids) while its session
+    // streams HELLO/ANNOUNCE/WITHDRAW to a peer: the peer must never see a protocol error, and
+    // once the churn stops the peer's directory equals the sender's registry.
+    use tagspace_core::session::Session;
+    use tagspace_core::wire::{self, Role};
+    let reg: Arc<Registry<32>> =
+        Arc::new(Registry::new(TagLayout::builder(59, 5).build().unwrap()));
+    let peer_reg: Registry<32> = Registry::new(TagLayout::builder(59, 5).build().unwrap());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let churn = {
+        let (reg, stop) = (reg.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut seed = 0x1234_5678_9abc_def1u64;
+            let mut held: Vec<Option<tagspace_core::Namespace<'_, 32>>> =
+                (0..NAMES.len()).map(|_| None).collect();
+            while !stop.load(Ordering::Relaxed) {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let k = (seed % NAMES.len() as u64) as usize;
+                held[k] = match held[k].take() {
+                    Some(_) => None,
+                    None => reg.register(NAMES[k]).ok(),
+                };
+            }
+        })
+    };
+    let mut tx: Session<32> = Session::new(Role::Initiator, 1, reg.layout());
+    let mut rx: Session<32> = Session::new(Role::Acceptor, 2, peer_reg.layout());
+    let mut buf = vec![0u8; wire::MAX_FRAME_LEN];
+    let mut frames = 0u64;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(1500);
+    while std::time::Instant::now() < deadline {
+        while let Some(n) = tx.poll_transmit(&*reg, &mut buf).unwrap() {
+            rx.handle(&buf[..n])
+                .unwrap_or_else(|e| panic!("peer refused an honest frame: {e}"));
+            frames += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    churn.join().unwrap(); // its leases drop with the thread
+    while let Some(n) = tx.poll_transmit(&*reg, &mut buf).unwrap() {
+        rx.handle(&buf[..n]).unwrap();
+    }
+    assert!(
+        frames > 100,
+        "the churn produced too little traffic to mean anything ({frames})"
+    );
+    let mut live = Vec::new();
+    reg.for_each_live(|t, n| live.push((*n, t.id)));
+    live.sort();
+    let dir: Vec<_> = rx.directory().iter().map(|(n, i)| (*n, i)).collect();
+    assert_eq!(dir, live);
+}
