@@ -347,9 +347,18 @@ impl<const CAP: usize> Session<CAP> {
 
     /// Takes one frame from the peer. Any error closes the session (and queues a CLOSE saying
     /// why); the directory is left as it was before the bad frame.
+    ///
+    /// A CLOSE is accepted in every phase: both sides closing at once (as both ends of a
+    /// superseded connection do) is normal. Anything else after closing is refused.
     pub fn handle(&mut self, bytes: &[u8]) -> Result<Option<Event>, SessionError> {
         if matches!(self.phase, Phase::Closing(_) | Phase::Closed) {
-            return Err(SessionError::Closed);
+            return match wire::decode(bytes) {
+                Ok(Frame::Close { reason }) => {
+                    self.phase = Phase::Closed;
+                    Ok(Some(Event::Closed { reason }))
+                }
+                _ => Err(SessionError::Closed),
+            };
         }
         self.handle_frame(bytes).map_err(|e| self.fail(e))
     }
@@ -675,6 +684,14 @@ mod tests {
             })
         );
         assert_eq!(b.phase(), Phase::Closed);
+        // a's own CLOSE crossing ours is fine; anything else after closing is refused
+        assert_eq!(
+            b.handle(&buf[..n]),
+            Ok(Some(Event::Closed {
+                reason: CloseReason::LayoutMismatch
+            }))
+        );
+        let n = Frame::Withdraw { id: 20 }.encode(&mut buf).unwrap();
         assert_eq!(b.handle(&buf[..n]), Err(SessionError::Closed));
     }
 
