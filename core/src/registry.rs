@@ -499,25 +499,35 @@ impl<const CAP: usize> Registry<CAP> {
     pub fn lookup(&self, name: &str) -> Option<LeaseToken> {
         let name = Name::new(name).ok()?;
         let hash = name_hash(&name);
-        (0..self.used(Ordering::Acquire)).find_map(|id| {
-            let slot = self.slot(id);
-            loop {
+        // Phase, length and hash share the low 32 bits of the state word: one compare per slot
+        // rules out almost every non-match without touching name words.
+        let key = with_hash(pack(0, name.len() as u8, LIVE), hash);
+        let used = self.used(Ordering::Acquire);
+        let mut id = 0;
+        while id < used {
+            // Relaxed pre-filter; the Acquire reload below orders the name read.
+            if self.states[id].load(Ordering::Relaxed) as u32 == key as u32 {
+                let slot = self.slot(id);
                 let s = slot.state.load(Ordering::Acquire);
-                if phase(s) != LIVE {
-                    return None;
-                }
-                match slot.name_equals(s, &name, hash) {
-                    Some(true) => {
-                        return Some(LeaseToken {
-                            id: id as u16,
-                            generation: generation(s),
-                        })
+                if s as u32 == key as u32 {
+                    match slot.name_equals(s, &name, hash) {
+                        Some(true) => {
+                            return Some(LeaseToken {
+                                id: id as u16,
+                                generation: generation(s),
+                            })
+                        }
+                        Some(false) => {}
+                        None => {
+                            spin_hint();
+                            continue; // changed while we read it: look at this slot again
+                        }
                     }
-                    Some(false) => return None,
-                    None => spin_hint(),
                 }
             }
-        })
+            id += 1;
+        }
+        None
     }
 
     /// The name of live namespace `id`, if any.
