@@ -323,9 +323,10 @@ impl<const CAP: usize> Session<CAP> {
         }
     }
 
-    /// Whether this connection is the one to keep when another connection links the same two
-    /// processes (P4): the one opened by the process with the lower token survives. `None` until
-    /// the peer's HELLO has arrived.
+    /// Whether this connection is the one to keep *when another connection links the same two
+    /// processes* (P4): the one opened by the process with the lower token survives. `None` until
+    /// the peer's HELLO has arrived. Only ask when there is a duplicate: for a lone connection
+    /// opened by the higher-token process the answer is `false`, and closing it would leave none.
     pub fn survives_duplicate(&self) -> Option<bool> {
         let peer = self.peer?;
         let opener = match self.role {

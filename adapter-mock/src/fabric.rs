@@ -1,0 +1,512 @@
+//! A simulated UCX: processes, workers, endpoints, tag matching and Active Messages, in one
+//! deterministic, single-threaded value. Time is simulated ([`Fabric::advance`]).
+//!
+//! It follows UCX where tagspace's behaviour depends on it:
+//! * matching is per worker, in send order, with UCX's rule and structure ([`TagMatcher`]);
+//! * a tag receive does not say which endpoint a message came on; an Active Message does, as
+//!   UCX's `reply_ep`;
+//! * eager messages (up to [`RNDV_THRESHOLD`] bytes) complete at the sender when sent;
+//!   rendezvous messages complete when the receiver matches them, so they can fail if the peer
+//!   dies first;
+//! * AM handler ids are per worker and setting one twice silently replaces the first, as
+//!   `ucp_worker_set_am_recv_handler` does (counted in [`WorkerStats::am_overwrites`]); an AM
+//!   with no handler is dropped;
+//! * endpoint errors (peer failure, remote close) reach the endpoint's worker as events and fail
+//!   operations on that endpoint only.
+
+use crate::matching::TagMatcher;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fmt;
+
+/// Messages larger than this use rendezvous.
+pub const RNDV_THRESHOLD: usize = 8192;
+
+/// A simulated OS process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProcessId(pub usize);
+/// A worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WorkerId(pub usize);
+/// An endpoint (one side of a connection).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EpId(pub usize);
+/// A posted tag receive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RecvId(pub u64);
+/// A send in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SendId(pub u64);
+
+/// Why a simulated UCX operation failed (UCX's status names in parentheses).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FabricError {
+    /// The peer process died (`UCS_ERR_ENDPOINT_TIMEOUT` / `UCS_ERR_CONNECTION_RESET`).
+    PeerFailed,
+    /// The endpoint was closed, locally or by the peer (`UCS_ERR_CANCELED`).
+    EndpointClosed,
+    /// The worker's process is dead.
+    WorkerDead,
+    /// No such endpoint or worker.
+    Invalid,
+}
+
+impl fmt::Display for FabricError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FabricError::PeerFailed => "peer failed (connection reset)",
+            FabricError::EndpointClosed => "endpoint closed",
+            FabricError::WorkerDead => "worker's process is dead",
+            FabricError::Invalid => "no such endpoint or worker",
+        })
+    }
+}
+
+impl std::error::Error for FabricError {}
+
+/// Something a worker should react to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkerEvent {
+    /// A peer connected; this is our side of the new connection.
+    Accepted(EpId),
+    /// An endpoint failed or was closed by the peer.
+    EndpointError(EpId, FabricError),
+}
+
+/// A received tag message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Received {
+    /// The sender's tag.
+    pub tag: u64,
+    /// The payload.
+    pub data: Vec<u8>,
+}
+
+/// A received Active Message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AmMessage {
+    /// Handler id it was sent to.
+    pub id: u16,
+    /// The payload.
+    pub data: Vec<u8>,
+    /// Our endpoint back to the sender (UCX's `reply_ep`).
+    pub reply_ep: EpId,
+}
+
+/// Counters of one worker.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkerStats {
+    /// AM handlers replaced by a second registration of the same id.
+    pub am_overwrites: u64,
+    /// Active Messages dropped for want of a handler.
+    pub am_dropped: u64,
+}
+
+#[derive(Debug)]
+struct TagMsg {
+    data: Vec<u8>,
+    /// Rendezvous sends complete when matched.
+    send: Option<SendId>,
+}
+
+#[derive(Debug)]
+struct Worker {
+    process: ProcessId,
+    matcher: TagMatcher<RecvId, TagMsg>,
+    done_recvs: HashMap<RecvId, Result<Received, FabricError>>,
+    am_handlers: HashSet<u16>,
+    am_queue: VecDeque<AmMessage>,
+    events: VecDeque<WorkerEvent>,
+    stats: WorkerStats,
+}
+
+#[derive(Debug)]
+struct Endpoint {
+    worker: WorkerId,
+    remote_worker: WorkerId,
+    remote_ep: EpId,
+    state: Result<(), FabricError>,
+}
+
+#[derive(Debug)]
+enum SendState {
+    Pending { ep: EpId },
+    Done(Result<(), FabricError>),
+}
+
+/// The whole simulated machine.
+#[derive(Debug, Default)]
+pub struct Fabric {
+    now_ms: u64,
+    dead: HashSet<ProcessId>,
+    workers: Vec<Worker>,
+    eps: Vec<Endpoint>,
+    sends: HashMap<SendId, SendState>,
+    next_id: u64,
+}
+
+impl Fabric {
+    /// An empty fabric at time 0.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Simulated milliseconds since start.
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    /// Moves simulated time forward.
+    pub fn advance(&mut self, ms: u64) {
+        self.now_ms += ms;
+    }
+
+    fn next(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// A new worker in `process`.
+    pub fn new_worker(&mut self, process: ProcessId) -> WorkerId {
+        self.workers.push(Worker {
+            process,
+            matcher: TagMatcher::new(),
+            done_recvs: HashMap::new(),
+            am_handlers: HashSet::new(),
+            am_queue: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: WorkerStats::default(),
+        });
+        WorkerId(self.workers.len() - 1)
+    }
+
+    fn worker(&mut self, w: WorkerId) -> Result<&mut Worker, FabricError> {
+        let dead = self
+            .workers
+            .get(w.0)
+            .map(|x| self.dead.contains(&x.process));
+        match dead {
+            None => Err(FabricError::Invalid),
+            Some(true) => Err(FabricError::WorkerDead),
+            Some(false) => Ok(&mut self.workers[w.0]),
+        }
+    }
+
+    /// The process a worker belongs to.
+    pub fn process_of(&self, w: WorkerId) -> ProcessId {
+        self.workers[w.0].process
+    }
+
+    /// Whether a process is alive.
+    pub fn is_alive(&self, p: ProcessId) -> bool {
+        !self.dead.contains(&p)
+    }
+
+    /// Connects `from` to `to`: our endpoint is returned, and `to` gets
+    /// [`WorkerEvent::Accepted`] with its side.
+    pub fn connect(&mut self, from: WorkerId, to: WorkerId) -> Result<EpId, FabricError> {
+        self.worker(from)?;
+        self.worker(to).map_err(|_| FabricError::PeerFailed)?;
+        let (a, b) = (EpId(self.eps.len()), EpId(self.eps.len() + 1));
+        self.eps.push(Endpoint {
+            worker: from,
+            remote_worker: to,
+            remote_ep: b,
+            state: Ok(()),
+        });
+        self.eps.push(Endpoint {
+            worker: to,
+            remote_worker: from,
+            remote_ep: a,
+            state: Ok(()),
+        });
+        self.workers[to.0]
+            .events
+            .push_back(WorkerEvent::Accepted(b));
+        Ok(a)
+    }
+
+    fn usable(&self, ep: EpId) -> Result<&Endpoint, FabricError> {
+        let e = self.eps.get(ep.0).ok_or(FabricError::Invalid)?;
+        if self.dead.contains(&self.workers[e.worker.0].process) {
+            return Err(FabricError::WorkerDead);
+        }
+        e.state?;
+        Ok(e)
+    }
+
+    /// The worker at the other end of an endpoint.
+    pub fn remote_worker(&self, ep: EpId) -> Option<WorkerId> {
+        self.eps.get(ep.0).map(|e| e.remote_worker)
+    }
+
+    /// Sends a tagged message; the returned send completes per [`Fabric::send_status`].
+    pub fn tag_send(&mut self, ep: EpId, tag: u64, data: &[u8]) -> Result<SendId, FabricError> {
+        let dest = self.usable(ep)?.remote_worker;
+        let id = SendId(self.next());
+        let rndv = data.len() > RNDV_THRESHOLD;
+        let msg = TagMsg {
+            data: data.to_vec(),
+            send: rndv.then_some(id),
+        };
+        self.sends.insert(
+            id,
+            if rndv {
+                SendState::Pending { ep }
+            } else {
+                SendState::Done(Ok(()))
+            },
+        );
+        let w = &mut self.workers[dest.0];
+        if let Some((recv, msg)) = w.matcher.arrive(tag, msg) {
+            w.done_recvs.insert(
+                recv,
+                Ok(Received {
+                    tag,
+                    data: msg.data,
+                }),
+            );
+            if let Some(s) = msg.send {
+                self.sends.insert(s, SendState::Done(Ok(())));
+            }
+        }
+        Ok(id)
+    }
+
+    /// `None` while pending; then how the send ended.
+    pub fn send_status(&self, id: SendId) -> Option<Result<(), FabricError>> {
+        match self.sends.get(&id)? {
+            SendState::Pending { .. } => None,
+            SendState::Done(r) => Some(*r),
+        }
+    }
+
+    fn complete_send_of(&mut self, msg: &TagMsg) {
+        if let Some(s) = msg.send {
+            self.sends.insert(s, SendState::Done(Ok(())));
+        }
+    }
+
+    /// Posts a tag receive on a worker.
+    pub fn tag_recv(&mut self, w: WorkerId, tag: u64, mask: u64) -> Result<RecvId, FabricError> {
+        let id = RecvId(self.next());
+        let worker = self.worker(w)?;
+        if let Some((t, msg)) = worker.matcher.post(tag, mask, id) {
+            worker.done_recvs.insert(
+                id,
+                Ok(Received {
+                    tag: t,
+                    data: msg.data.clone(),
+                }),
+            );
+            self.complete_send_of(&msg);
+        }
+        Ok(id)
+    }
+
+    /// Takes a completed receive; `None` while it is still posted.
+    pub fn recv_take(&mut self, w: WorkerId, id: RecvId) -> Option<Result<Received, FabricError>> {
+        self.workers.get_mut(w.0)?.done_recvs.remove(&id)
+    }
+
+    /// Cancels a posted receive.
+    pub fn recv_cancel(&mut self, w: WorkerId, id: RecvId) -> bool {
+        self.workers
+            .get_mut(w.0)
+            .is_some_and(|x| x.matcher.cancel(&id))
+    }
+
+    /// `ucp_tag_probe_nb`: the tag of the oldest unexpected match; with `remove`, the message too.
+    pub fn tag_probe(
+        &mut self,
+        w: WorkerId,
+        tag: u64,
+        mask: u64,
+        remove: bool,
+    ) -> Result<Option<Received>, FabricError> {
+        let worker = self.worker(w)?;
+        match worker.matcher.probe(tag, mask, remove) {
+            None => Ok(None),
+            Some((t, None)) => Ok(Some(Received {
+                tag: t,
+                data: Vec::new(),
+            })),
+            Some((t, Some(msg))) => {
+                let data = msg.data.clone();
+                self.complete_send_of(&msg);
+                Ok(Some(Received { tag: t, data }))
+            }
+        }
+    }
+
+    /// Number of messages in a worker's unexpected queue.
+    pub fn unexpected_len(&self, w: WorkerId) -> usize {
+        self.workers[w.0].matcher.unexpected_len()
+    }
+
+    /// Tag comparisons a worker's matcher has made.
+    pub fn comparisons(&self, w: WorkerId) -> u64 {
+        self.workers[w.0].matcher.comparisons()
+    }
+
+    /// Registers an AM handler id on a worker. Like UCX, a second registration replaces the
+    /// first without complaint (and is counted).
+    pub fn am_set_handler(&mut self, w: WorkerId, id: u16) -> Result<(), FabricError> {
+        let worker = self.worker(w)?;
+        if !worker.am_handlers.insert(id) {
+            worker.stats.am_overwrites += 1;
+        }
+        Ok(())
+    }
+
+    /// Removes an AM handler id.
+    pub fn am_clear_handler(&mut self, w: WorkerId, id: u16) {
+        if let Some(x) = self.workers.get_mut(w.0) {
+            x.am_handlers.remove(&id);
+        }
+    }
+
+    /// Sends an Active Message (always eager here).
+    pub fn am_send(&mut self, ep: EpId, id: u16, data: &[u8]) -> Result<(), FabricError> {
+        let e = self.usable(ep)?;
+        let (dest, reply_ep) = (e.remote_worker, e.remote_ep);
+        let w = &mut self.workers[dest.0];
+        if w.am_handlers.contains(&id) {
+            w.am_queue.push_back(AmMessage {
+                id,
+                data: data.to_vec(),
+                reply_ep,
+            });
+        } else {
+            w.stats.am_dropped += 1;
+        }
+        Ok(())
+    }
+
+    /// The next Active Message delivered to a worker.
+    pub fn am_take(&mut self, w: WorkerId) -> Option<AmMessage> {
+        self.worker(w).ok()?.am_queue.pop_front()
+    }
+
+    /// The next event for a worker.
+    pub fn event(&mut self, w: WorkerId) -> Option<WorkerEvent> {
+        self.worker(w).ok()?.events.pop_front()
+    }
+
+    /// Counters of a worker.
+    pub fn stats(&self, w: WorkerId) -> WorkerStats {
+        self.workers[w.0].stats
+    }
+
+    fn fail_ep(&mut self, ep: EpId, why: FabricError) {
+        let e = &mut self.eps[ep.0];
+        if e.state.is_err() {
+            return;
+        }
+        e.state = Err(why);
+        let worker = e.worker;
+        self.workers[worker.0]
+            .events
+            .push_back(WorkerEvent::EndpointError(ep, why));
+        for s in self.sends.values_mut() {
+            if matches!(s, SendState::Pending { ep: p } if *p == ep) {
+                *s = SendState::Done(Err(why));
+            }
+        }
+    }
+
+    /// Closes an endpoint; the peer's side fails with [`FabricError::EndpointClosed`].
+    pub fn ep_close(&mut self, ep: EpId) {
+        if let Some(e) = self.eps.get_mut(ep.0) {
+            if e.state.is_ok() {
+                e.state = Err(FabricError::EndpointClosed);
+                let remote = e.remote_ep;
+                for s in self.sends.values_mut() {
+                    if matches!(s, SendState::Pending { ep: p } if *p == ep) {
+                        *s = SendState::Done(Err(FabricError::EndpointClosed));
+                    }
+                }
+                self.fail_ep(remote, FabricError::EndpointClosed);
+            }
+        }
+    }
+
+    /// Kills a process (`kill -9`): its workers stop, every endpoint to it fails with
+    /// [`FabricError::PeerFailed`], and rendezvous sends it has not matched fail.
+    pub fn kill(&mut self, p: ProcessId) {
+        self.dead.insert(p);
+        let to_fail: Vec<EpId> = (0..self.eps.len())
+            .map(EpId)
+            .filter(|&ep| {
+                let e = &self.eps[ep.0];
+                self.workers[e.remote_worker.0].process == p
+                    && self.workers[e.worker.0].process != p
+            })
+            .collect();
+        for ep in to_fail {
+            self.fail_ep(ep, FabricError::PeerFailed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eager_and_rendezvous() {
+        let mut f = Fabric::new();
+        let (a, b) = (f.new_worker(ProcessId(0)), f.new_worker(ProcessId(1)));
+        let ep = f.connect(a, b).unwrap();
+        assert!(matches!(f.event(b), Some(WorkerEvent::Accepted(_))));
+        let small = f.tag_send(ep, 1, b"hi").unwrap();
+        assert_eq!(f.send_status(small), Some(Ok(())));
+        let big = f.tag_send(ep, 2, &vec![7u8; RNDV_THRESHOLD + 1]).unwrap();
+        assert_eq!(f.send_status(big), None);
+        let r = f.tag_recv(b, 2, u64::MAX).unwrap();
+        assert_eq!(f.send_status(big), Some(Ok(())));
+        assert_eq!(
+            f.recv_take(b, r).unwrap().unwrap().data.len(),
+            RNDV_THRESHOLD + 1
+        );
+        let r = f.tag_recv(b, 1, u64::MAX).unwrap();
+        assert_eq!(f.recv_take(b, r).unwrap().unwrap().data, b"hi");
+    }
+
+    #[test]
+    fn kill_fails_only_that_peers_endpoints() {
+        let mut f = Fabric::new();
+        let (a, b, c) = (
+            f.new_worker(ProcessId(0)),
+            f.new_worker(ProcessId(1)),
+            f.new_worker(ProcessId(2)),
+        );
+        let ab = f.connect(a, b).unwrap();
+        let ac = f.connect(a, c).unwrap();
+        let pending = f.tag_send(ab, 9, &vec![0u8; RNDV_THRESHOLD * 2]).unwrap();
+        f.kill(ProcessId(1));
+        assert_eq!(f.send_status(pending), Some(Err(FabricError::PeerFailed)));
+        assert_eq!(
+            f.event(a),
+            Some(WorkerEvent::EndpointError(ab, FabricError::PeerFailed))
+        );
+        assert_eq!(f.tag_send(ab, 1, b"x"), Err(FabricError::PeerFailed));
+        assert!(f.tag_send(ac, 1, b"x").is_ok());
+        assert_eq!(f.tag_recv(b, 0, 0), Err(FabricError::WorkerDead));
+    }
+
+    #[test]
+    fn am_handlers_are_per_worker_and_unchecked() {
+        let mut f = Fabric::new();
+        let (a, b) = (f.new_worker(ProcessId(0)), f.new_worker(ProcessId(1)));
+        let ep = f.connect(a, b).unwrap();
+        f.am_send(ep, 0, b"lost").unwrap();
+        assert_eq!(f.stats(b).am_dropped, 1);
+        f.am_set_handler(b, 0).unwrap();
+        f.am_set_handler(b, 0).unwrap(); // ucx-py and ucxx both use id 0
+        assert_eq!(f.stats(b).am_overwrites, 1);
+        f.am_send(ep, 0, b"m").unwrap();
+        let m = f.am_take(b).unwrap();
+        assert_eq!((m.id, m.data.as_slice()), (0, &b"m"[..]));
+        assert_eq!(f.remote_worker(m.reply_ep), Some(a));
+    }
+}

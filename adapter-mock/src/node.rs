@@ -1,0 +1,720 @@
+//! tagspace on the simulated UCX: one [`Node`] per simulated process.
+//!
+//! The node only moves bytes and events; every protocol decision is the core's
+//! ([`Session`], [`Registry`], [`Namespace`]), which the UCX adapter drives the same way:
+//! * control frames travel as Active Messages on the control namespace's first AM id, so the
+//!   receiver knows the connection from UCX's `reply_ep`;
+//! * data travels as tags built by the namespace through the peer's directory, received with full
+//!   masks (D1); "a new transmission has begun" is the exact per-namespace inbox tag;
+//! * Active Messages use the namespace's own AM ids and are dispatched by id;
+//! * a send to a name the peer has not announced waits until the deadline, then fails (P2);
+//! * messages for ids nobody here has registered are probed out, counted and dropped (D2);
+//! * of two connections to one peer the session's tie-break keeps one (P4);
+//! * an endpoint error fails the operations on that endpoint only (D3).
+
+use crate::fabric::{EpId, Fabric, FabricError, ProcessId, RecvId, SendId, WorkerEvent, WorkerId};
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use tagspace_core::namespace::am_namespace;
+use tagspace_core::session::{Event, Session, SessionError};
+use tagspace_core::wellknown::CONTROL_ID;
+use tagspace_core::wire::{CloseReason, Role, MAX_FRAME_LEN};
+use tagspace_core::{Name, Namespace, Registry, RegistryError, TagError, TagLayout};
+
+/// Registry capacity of a simulated process.
+pub const CAP: usize = 256;
+/// How often (simulated ms) `progress` drains stray messages.
+pub const DRAIN_INTERVAL_MS: u64 = 10;
+
+/// A library's handle inside one node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LibId(pub usize);
+/// An operation started on a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct OpId(pub u64);
+
+/// Why a node operation failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeError {
+    /// The simulated UCX reported an error.
+    Fabric(FabricError),
+    /// No open connection to that peer.
+    NoConnection {
+        /// The peer's process token.
+        peer: u64,
+    },
+    /// The peer did not register the name before the deadline (P2).
+    PeerLacksNamespace {
+        /// The name.
+        name: Name,
+        /// The peer's process token.
+        peer: u64,
+        /// How long we waited.
+        waited_ms: u64,
+    },
+    /// Building a tag failed.
+    Tag(TagError),
+    /// The registry refused.
+    Registry(RegistryError),
+    /// No such library handle (released, or never registered here).
+    NoSuchLibrary,
+}
+
+impl fmt::Display for NodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeError::Fabric(e) => write!(f, "transport: {e}"),
+            NodeError::NoConnection { peer } => write!(f, "no open connection to peer {peer:#x}"),
+            NodeError::PeerLacksNamespace {
+                name,
+                peer,
+                waited_ms,
+            } => write!(
+                f,
+                "peer {peer:#x} has not registered namespace \"{name}\" (waited {waited_ms} ms)"
+            ),
+            NodeError::Tag(e) => e.fmt(f),
+            NodeError::Registry(e) => e.fmt(f),
+            NodeError::NoSuchLibrary => f.write_str("no such library handle"),
+        }
+    }
+}
+
+impl std::error::Error for NodeError {}
+
+impl From<FabricError> for NodeError {
+    fn from(e: FabricError) -> Self {
+        NodeError::Fabric(e)
+    }
+}
+impl From<TagError> for NodeError {
+    fn from(e: TagError) -> Self {
+        NodeError::Tag(e)
+    }
+}
+impl From<RegistryError> for NodeError {
+    fn from(e: RegistryError) -> Self {
+        NodeError::Registry(e)
+    }
+}
+
+/// Per-namespace counters, readable by the application.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Tag messages and AMs sent.
+    pub sent: u64,
+    /// Tag messages and AMs received.
+    pub received: u64,
+    /// Operations that failed.
+    pub failed: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ConnState {
+    Open,
+    /// Lost the simultaneous-connect tie-break; closed.
+    Superseded,
+    /// Closed by either side or failed.
+    Down(Option<FabricError>),
+}
+
+struct Conn {
+    ep: EpId,
+    session: Box<Session<CAP>>,
+    state: ConnState,
+}
+
+struct Lib {
+    ns: Namespace<'static, CAP>,
+    counters: Counters,
+    am: HashMap<u16, VecDeque<Vec<u8>>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    Data(u64),
+    Inbox,
+    Am(u16),
+}
+
+enum Op {
+    WaitingRoute {
+        lib: LibId,
+        peer: u64,
+        target: Target,
+        data: Vec<u8>,
+        since_ms: u64,
+        deadline_ms: u64,
+    },
+    Sending {
+        lib: LibId,
+        send: SendId,
+    },
+    Receiving {
+        lib: LibId,
+        recv: RecvId,
+    },
+    Done(Result<Option<Vec<u8>>, NodeError>),
+}
+
+/// A simulated process running tagspace.
+pub struct Node {
+    registry: &'static Registry<CAP>,
+    token: u64,
+    worker: WorkerId,
+    control_am: u16,
+    conns: Vec<Conn>,
+    libs: Vec<Option<Lib>>,
+    ops: HashMap<OpId, Op>,
+    next_op: u64,
+    stray: u64,
+    protocol_errors: Vec<SessionError>,
+    last_drain_ms: Option<u64>,
+    buf: Vec<u8>,
+}
+
+impl Node {
+    /// A process with the default layout. `token` must be unique among processes.
+    pub fn new(fab: &mut Fabric, process: ProcessId, token: u64) -> Node {
+        Node::with_layout(fab, process, token, TagLayout::DEFAULT)
+    }
+
+    /// A process with its own registry of `layout` (leaked: it lives as long as the test).
+    pub fn with_layout(
+        fab: &mut Fabric,
+        process: ProcessId,
+        token: u64,
+        layout: TagLayout,
+    ) -> Node {
+        let registry: &'static Registry<CAP> = Box::leak(Box::new(Registry::new(layout)));
+        let worker = fab.new_worker(process);
+        let control_am = (CONTROL_ID as u32 * layout.am_ids_per_namespace()) as u16;
+        fab.am_set_handler(worker, control_am)
+            .expect("a new worker accepts handlers");
+        Node {
+            registry,
+            token,
+            worker,
+            control_am,
+            conns: Vec::new(),
+            libs: Vec::new(),
+            ops: HashMap::new(),
+            next_op: 0,
+            stray: 0,
+            protocol_errors: Vec::new(),
+            last_drain_ms: None,
+            buf: vec![0; MAX_FRAME_LEN],
+        }
+    }
+
+    /// This process's token.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// This process's worker.
+    pub fn worker(&self) -> WorkerId {
+        self.worker
+    }
+
+    /// This process's registry.
+    pub fn registry(&self) -> &'static Registry<CAP> {
+        self.registry
+    }
+
+    /// Registers a library.
+    pub fn register(&mut self, name: &str) -> Result<LibId, NodeError> {
+        let ns = self.registry.register(name)?;
+        self.libs.push(Some(Lib {
+            ns,
+            counters: Counters::default(),
+            am: HashMap::new(),
+        }));
+        Ok(LibId(self.libs.len() - 1))
+    }
+
+    /// Releases a library: its id is withdrawn from every peer at the next `progress`.
+    pub fn release(&mut self, fab: &mut Fabric, lib: LibId) {
+        if let Some(l) = self.libs.get_mut(lib.0).and_then(Option::take) {
+            for &local in l.am.keys() {
+                if let Ok(id) = l.ns.am_id(local) {
+                    fab.am_clear_handler(self.worker, id);
+                }
+            }
+        }
+    }
+
+    fn lib(&mut self, lib: LibId) -> Result<&mut Lib, NodeError> {
+        self.libs
+            .get_mut(lib.0)
+            .and_then(Option::as_mut)
+            .ok_or(NodeError::NoSuchLibrary)
+    }
+
+    /// The namespace of a library.
+    pub fn namespace(&self, lib: LibId) -> Option<&Namespace<'static, CAP>> {
+        self.libs.get(lib.0)?.as_ref().map(|l| &l.ns)
+    }
+
+    /// Counters of a library.
+    pub fn counters(&self, lib: LibId) -> Counters {
+        self.libs
+            .get(lib.0)
+            .and_then(Option::as_ref)
+            .map(|l| l.counters)
+            .unwrap_or_default()
+    }
+
+    /// Messages for unregistered ids drained so far (D2).
+    pub fn stray(&self) -> u64 {
+        self.stray
+    }
+
+    /// Control-plane errors from peers (each closed that peer's connection only).
+    pub fn protocol_errors(&self) -> &[SessionError] {
+        &self.protocol_errors
+    }
+
+    /// Open, established connections to `peer`.
+    pub fn live_connections_to(&self, peer: u64) -> usize {
+        self.conns
+            .iter()
+            .filter(|c| {
+                c.state == ConnState::Open && c.session.peer().map(|p| p.token) == Some(peer)
+            })
+            .count()
+    }
+
+    /// Tokens of peers with an open, established connection.
+    pub fn peers(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|c| c.state == ConnState::Open)
+            .filter_map(|c| c.session.peer().map(|p| p.token))
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// Opens a connection to another process's worker; the handshake runs in `progress`.
+    pub fn connect(&mut self, fab: &mut Fabric, to: WorkerId) -> Result<(), NodeError> {
+        let ep = fab.connect(self.worker, to)?;
+        self.add_conn(ep, Role::Initiator);
+        Ok(())
+    }
+
+    fn add_conn(&mut self, ep: EpId, role: Role) {
+        self.conns.push(Conn {
+            ep,
+            session: Box::new(Session::new(role, self.token, self.registry.layout())),
+            state: ConnState::Open,
+        });
+    }
+
+    /// Hostile-peer hook for tests: sends raw bytes as a control frame to `peer`.
+    pub fn inject_control(
+        &mut self,
+        fab: &mut Fabric,
+        peer: u64,
+        bytes: &[u8],
+    ) -> Result<(), NodeError> {
+        let ep = self.conn_to(peer)?.ep;
+        fab.am_send(ep, self.control_am, bytes)?;
+        Ok(())
+    }
+
+    /// The shared endpoint to `peer`, for code outside tagspace (a legacy library).
+    pub fn endpoint_to(&self, peer: u64) -> Option<EpId> {
+        self.conn_to(peer).ok().map(|c| c.ep)
+    }
+
+    fn conn_to(&self, peer: u64) -> Result<&Conn, NodeError> {
+        self.conns
+            .iter()
+            .find(|c| {
+                c.state == ConnState::Open
+                    && c.session.is_established()
+                    && c.session.peer().map(|p| p.token) == Some(peer)
+            })
+            .ok_or(NodeError::NoConnection { peer })
+    }
+
+    fn new_op(&mut self, op: Op) -> OpId {
+        self.next_op += 1;
+        let id = OpId(self.next_op);
+        self.ops.insert(id, op);
+        id
+    }
+
+    /// Sends `data` with `payload` to library `lib`'s namespace on `peer`, waiting up to
+    /// `timeout_ms` for the peer to announce the name (P2).
+    pub fn send(
+        &mut self,
+        fab: &mut Fabric,
+        lib: LibId,
+        peer: u64,
+        payload: u64,
+        data: &[u8],
+        timeout_ms: u64,
+    ) -> OpId {
+        self.start_send(fab, lib, peer, Target::Data(payload), data, timeout_ms)
+    }
+
+    /// Sends to the peer's inbox tag for `lib` ("a new transmission has begun").
+    pub fn send_inbox(
+        &mut self,
+        fab: &mut Fabric,
+        lib: LibId,
+        peer: u64,
+        data: &[u8],
+        timeout_ms: u64,
+    ) -> OpId {
+        self.start_send(fab, lib, peer, Target::Inbox, data, timeout_ms)
+    }
+
+    /// Sends an Active Message to `lib`'s local AM id `local` on `peer`.
+    pub fn am_send(
+        &mut self,
+        fab: &mut Fabric,
+        lib: LibId,
+        peer: u64,
+        local: u16,
+        data: &[u8],
+        timeout_ms: u64,
+    ) -> OpId {
+        self.start_send(fab, lib, peer, Target::Am(local), data, timeout_ms)
+    }
+
+    fn start_send(
+        &mut self,
+        fab: &mut Fabric,
+        lib: LibId,
+        peer: u64,
+        target: Target,
+        data: &[u8],
+        timeout_ms: u64,
+    ) -> OpId {
+        let now = fab.now_ms();
+        let op = Op::WaitingRoute {
+            lib,
+            peer,
+            target,
+            data: data.to_vec(),
+            since_ms: now,
+            deadline_ms: now + timeout_ms,
+        };
+        let id = self.new_op(op);
+        self.advance_op(fab, id);
+        id
+    }
+
+    /// Posts an exact receive for `payload` in `lib`'s namespace (full mask, D1).
+    pub fn recv(&mut self, fab: &mut Fabric, lib: LibId, payload: u64) -> OpId {
+        let op = match self.post_recv(fab, lib, payload) {
+            Ok(recv) => Op::Receiving { lib, recv },
+            Err(e) => Op::Done(Err(e)),
+        };
+        let id = self.new_op(op);
+        self.advance_op(fab, id);
+        id
+    }
+
+    fn post_recv(
+        &mut self,
+        fab: &mut Fabric,
+        lib: LibId,
+        payload: u64,
+    ) -> Result<RecvId, NodeError> {
+        let m = self.lib(lib)?.ns.matcher_exact(payload)?;
+        Ok(fab.tag_recv(self.worker, m.tag(), m.mask())?)
+    }
+
+    /// Takes an inbox message for `lib` if one waits (exact probe with remove, then receive).
+    pub fn probe_inbox(
+        &mut self,
+        fab: &mut Fabric,
+        lib: LibId,
+    ) -> Result<Option<Vec<u8>>, NodeError> {
+        let worker = self.worker;
+        let l = self.lib(lib)?;
+        let m = l.ns.inbox_matcher();
+        let got = fab.tag_probe(worker, m.tag(), m.mask(), true)?;
+        if got.is_some() {
+            l.counters.received += 1;
+        }
+        Ok(got.map(|r| r.data))
+    }
+
+    /// Listens on `lib`'s local AM id `local`.
+    pub fn am_listen(&mut self, fab: &mut Fabric, lib: LibId, local: u16) -> Result<(), NodeError> {
+        let worker = self.worker;
+        let l = self.lib(lib)?;
+        let id = l.ns.am_id(local)?;
+        fab.am_set_handler(worker, id)?;
+        l.am.entry(local).or_default();
+        Ok(())
+    }
+
+    /// The next Active Message for `lib` on `local`.
+    pub fn am_take(&mut self, lib: LibId, local: u16) -> Option<Vec<u8>> {
+        self.lib(lib).ok()?.am.get_mut(&local)?.pop_front()
+    }
+
+    /// The result of an operation once it has finished (`Ok(Some(data))` for receives); taking
+    /// it forgets the operation.
+    pub fn take(&mut self, op: OpId) -> Option<Result<Option<Vec<u8>>, NodeError>> {
+        if matches!(self.ops.get(&op)?, Op::Done(_)) {
+            match self.ops.remove(&op) {
+                Some(Op::Done(r)) => Some(r),
+                _ => None,
+            }
+        } else {
+            None
+        }
+    }
+
+    fn finish(&mut self, lib: LibId, r: Result<Option<Vec<u8>>, NodeError>, sent: bool) -> Op {
+        if let Some(Some(l)) = self.libs.get_mut(lib.0) {
+            match (&r, sent) {
+                (Err(_), _) => l.counters.failed += 1,
+                (Ok(_), true) => l.counters.sent += 1,
+                (Ok(_), false) => l.counters.received += 1,
+            }
+        }
+        Op::Done(r)
+    }
+
+    fn advance_op(&mut self, fab: &mut Fabric, id: OpId) {
+        let Some(op) = self.ops.remove(&id) else {
+            return;
+        };
+        let next = match op {
+            Op::WaitingRoute {
+                lib,
+                peer,
+                target,
+                data,
+                since_ms,
+                deadline_ms,
+            } => match self.try_send(fab, lib, peer, target, &data) {
+                Ok(Sent::InFlight(send)) => Op::Sending { lib, send },
+                Ok(Sent::Complete) => self.finish(lib, Ok(None), true),
+                Ok(Sent::NoRoute) if fab.now_ms() < deadline_ms => Op::WaitingRoute {
+                    lib,
+                    peer,
+                    target,
+                    data,
+                    since_ms,
+                    deadline_ms,
+                },
+                Ok(Sent::NoRoute) => {
+                    let name = match self.namespace(lib) {
+                        Some(ns) => *ns.name(),
+                        None => return,
+                    };
+                    let e = NodeError::PeerLacksNamespace {
+                        name,
+                        peer,
+                        waited_ms: fab.now_ms() - since_ms,
+                    };
+                    self.finish(lib, Err(e), true)
+                }
+                Err(e) => self.finish(lib, Err(e), true),
+            },
+            Op::Sending { lib, send } => match fab.send_status(send) {
+                None => Op::Sending { lib, send },
+                Some(r) => self.finish(lib, r.map(|_| None).map_err(NodeError::from), true),
+            },
+            Op::Receiving { lib, recv } => match fab.recv_take(self.worker, recv) {
+                None => Op::Receiving { lib, recv },
+                Some(r) => {
+                    self.finish(lib, r.map(|m| Some(m.data)).map_err(NodeError::from), false)
+                }
+            },
+            done @ Op::Done(_) => done,
+        };
+        self.ops.insert(id, next);
+    }
+
+    fn try_send(
+        &mut self,
+        fab: &mut Fabric,
+        lib: LibId,
+        peer: u64,
+        target: Target,
+        data: &[u8],
+    ) -> Result<Sent, NodeError> {
+        let conn = self.conn_to(peer)?;
+        let ep = conn.ep;
+        let l = self
+            .libs
+            .get(lib.0)
+            .and_then(Option::as_ref)
+            .ok_or(NodeError::NoSuchLibrary)?;
+        let Some(route) = conn.session.route(&l.ns) else {
+            return Ok(Sent::NoRoute);
+        };
+        Ok(match target {
+            Target::Data(p) => {
+                Sent::InFlight(fab.tag_send(ep, l.ns.remote_tag(route, p)?.raw(), data)?)
+            }
+            Target::Inbox => {
+                Sent::InFlight(fab.tag_send(ep, l.ns.remote_inbox(route)?.raw(), data)?)
+            }
+            Target::Am(local) => {
+                fab.am_send(ep, l.ns.remote_am_id(route, local)?, data)?;
+                Sent::Complete // AMs are eager here
+            }
+        })
+    }
+
+    /// Handles everything pending: connection events, control frames, Active Messages,
+    /// outgoing announcements, operations waiting for routes, and stray draining.
+    pub fn progress(&mut self, fab: &mut Fabric) {
+        if !fab.is_alive(fab.process_of(self.worker)) {
+            return;
+        }
+        while let Some(ev) = fab.event(self.worker) {
+            match ev {
+                WorkerEvent::Accepted(ep) => self.add_conn(ep, Role::Acceptor),
+                WorkerEvent::EndpointError(ep, e) => {
+                    if let Some(c) = self.conns.iter_mut().find(|c| c.ep == ep) {
+                        if c.state == ConnState::Open {
+                            c.state = ConnState::Down(Some(e));
+                        }
+                    }
+                }
+            }
+        }
+        while let Some(am) = fab.am_take(self.worker) {
+            if am.id == self.control_am {
+                self.on_control(fab, am.reply_ep, &am.data);
+                continue;
+            }
+            let layout = self.registry.layout();
+            let ns_id = am_namespace(layout, am.id);
+            let local = am.id & (layout.am_ids_per_namespace() - 1) as u16;
+            match self.libs.iter_mut().flatten().find(|l| l.ns.id() == ns_id) {
+                Some(l) => {
+                    l.counters.received += 1;
+                    l.am.entry(local).or_default().push_back(am.data);
+                }
+                None => self.stray += 1,
+            }
+        }
+        self.flush(fab);
+        let ids: Vec<OpId> = self.ops.keys().copied().collect();
+        for id in ids {
+            self.advance_op(fab, id);
+        }
+        let now = fab.now_ms();
+        if self
+            .last_drain_ms
+            .is_none_or(|t| now >= t + DRAIN_INTERVAL_MS)
+        {
+            self.drain_strays(fab);
+            self.last_drain_ms = Some(now);
+        }
+    }
+
+    fn on_control(&mut self, fab: &mut Fabric, ep: EpId, bytes: &[u8]) {
+        let Some(i) = self.conns.iter().position(|c| c.ep == ep) else {
+            return;
+        };
+        if self.conns[i].state != ConnState::Open {
+            return;
+        }
+        match self.conns[i].session.handle(bytes) {
+            Ok(Some(Event::Established { peer_token })) => self.settle_duplicates(fab, peer_token),
+            Ok(Some(Event::Closed { .. })) => {
+                self.conns[i].state = ConnState::Down(None);
+                fab.ep_close(ep);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                // The session queued a CLOSE naming the reason; flush sends it, then we close.
+                self.protocol_errors.push(e);
+                self.flush_conn(fab, i);
+                self.conns[i].state = ConnState::Down(None);
+                fab.ep_close(ep);
+            }
+        }
+    }
+
+    /// P4: of several established connections to one peer, keep the tie-break's survivor. A
+    /// lone connection is kept whoever opened it.
+    fn settle_duplicates(&mut self, fab: &mut Fabric, peer: u64) {
+        if self.live_connections_to(peer) < 2 {
+            return;
+        }
+        for i in 0..self.conns.len() {
+            let c = &self.conns[i];
+            if c.state == ConnState::Open
+                && c.session.peer().map(|p| p.token) == Some(peer)
+                && c.session.survives_duplicate() == Some(false)
+            {
+                self.conns[i].session.close(CloseReason::Superseded);
+                self.flush_conn(fab, i);
+                self.conns[i].state = ConnState::Superseded;
+                fab.ep_close(self.conns[i].ep);
+            }
+        }
+    }
+
+    fn flush_conn(&mut self, fab: &mut Fabric, i: usize) {
+        let c = &mut self.conns[i];
+        while let Ok(Some(n)) = c.session.poll_transmit(self.registry, &mut self.buf) {
+            if fab.am_send(c.ep, self.control_am, &self.buf[..n]).is_err() {
+                break;
+            }
+        }
+    }
+
+    fn flush(&mut self, fab: &mut Fabric) {
+        for i in 0..self.conns.len() {
+            if self.conns[i].state == ConnState::Open {
+                self.flush_conn(fab, i);
+            }
+        }
+    }
+
+    /// D2: takes out every unexpected message whose namespace id is not registered here (the
+    /// control id and unregistered ids; id 0 belongs to legacy code and is left alone).
+    pub fn drain_strays(&mut self, fab: &mut Fabric) {
+        let layout = *self.registry.layout();
+        let field = layout.namespace_field();
+        for id in 1..self.registry.capacity() as u16 {
+            if self.registry.name_of(id).is_some() {
+                continue;
+            }
+            let tag = (id as u64) << field.shift();
+            while let Ok(Some(_)) = fab.tag_probe(self.worker, tag, field.mask(), true) {
+                self.stray += 1;
+            }
+        }
+    }
+
+    /// Closes every connection (orderly CLOSE).
+    pub fn shutdown(&mut self, fab: &mut Fabric) {
+        for i in 0..self.conns.len() {
+            if self.conns[i].state == ConnState::Open {
+                self.conns[i].session.close(CloseReason::Normal);
+                self.flush_conn(fab, i);
+                self.conns[i].state = ConnState::Down(None);
+                fab.ep_close(self.conns[i].ep);
+            }
+        }
+    }
+}
+
+/// What an attempt to send did.
+enum Sent {
+    /// The peer has not announced the name (yet).
+    NoRoute,
+    /// Handed to the transport; completes later.
+    InFlight(SendId),
+    /// Handed over and already complete.
+    Complete,
+}

@@ -1,0 +1,132 @@
+//! The conformance suite, written once against [`Cluster`] and run on every adapter.
+//!
+//! A `Cluster` is a set of processes running tagspace over one transport. The mock implements
+//! it in [`mock::MockCluster`]; the UCX adapter will implement it over real UCX workers. Run the
+//! whole suite on an implementation with [`conformance_suite!`].
+
+pub mod mock;
+pub mod suite;
+
+/// A process in a cluster.
+pub type Proc = usize;
+/// A library registered in one process.
+pub type Lib = usize;
+/// An operation in flight.
+pub type Op = u64;
+/// The outcome of an operation: `Some(data)` for receives.
+pub type OpResult = Result<Option<Vec<u8>>, String>;
+
+/// Per-namespace counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Sent.
+    pub sent: u64,
+    /// Received.
+    pub received: u64,
+    /// Failed.
+    pub failed: u64,
+}
+
+/// What a transport must offer for the conformance suite. Errors are strings: the suite checks
+/// that they say what was wrong, not their types.
+pub trait Cluster {
+    /// Starts a process.
+    fn spawn(&mut self) -> Proc;
+    /// Registers a library in `p`.
+    fn register(&mut self, p: Proc, name: &str) -> Result<Lib, String>;
+    /// Releases it.
+    fn release(&mut self, p: Proc, lib: Lib);
+    /// `from` opens a connection to `to` (both calls before `settle` = simultaneous connect).
+    fn connect(&mut self, from: Proc, to: Proc) -> Result<(), String>;
+    /// Lets every process make progress until nothing more happens without time passing.
+    fn settle(&mut self);
+    /// Lets `ms` milliseconds pass (with progress).
+    fn advance_ms(&mut self, ms: u64);
+    /// Sends `data` with `payload` to `lib`'s namespace in `to`.
+    fn send(
+        &mut self,
+        p: Proc,
+        lib: Lib,
+        to: Proc,
+        payload: u64,
+        data: &[u8],
+        timeout_ms: u64,
+    ) -> Op;
+    /// Sends to `lib`'s inbox in `to`.
+    fn send_inbox(&mut self, p: Proc, lib: Lib, to: Proc, data: &[u8], timeout_ms: u64) -> Op;
+    /// Posts an exact receive.
+    fn recv(&mut self, p: Proc, lib: Lib, payload: u64) -> Op;
+    /// Takes a finished operation's result.
+    fn take(&mut self, p: Proc, op: Op) -> Option<OpResult>;
+    /// Takes an inbox message if one waits.
+    fn probe_inbox(&mut self, p: Proc, lib: Lib) -> Option<Vec<u8>>;
+    /// Listens on a local AM id.
+    fn am_listen(&mut self, p: Proc, lib: Lib, local: u16);
+    /// Sends an Active Message.
+    fn am_send(&mut self, p: Proc, lib: Lib, to: Proc, local: u16, data: &[u8]) -> Op;
+    /// Takes a received Active Message.
+    fn am_take(&mut self, p: Proc, lib: Lib, local: u16) -> Option<Vec<u8>>;
+    /// Kills a process (`kill -9`).
+    fn kill(&mut self, p: Proc);
+    /// A legacy library outside tagspace sends a raw tag on the shared endpoint.
+    fn legacy_send(&mut self, from: Proc, to: Proc, tag: u64, data: &[u8]);
+    /// A legacy library outside tagspace probes `p`'s worker with a raw `(tag, mask)`.
+    fn legacy_probe(&mut self, p: Proc, tag: u64, mask: u64, remove: bool) -> Option<u64>;
+    /// A hostile peer sends raw bytes as a control frame.
+    fn inject_control(&mut self, from: Proc, to: Proc, bytes: &[u8]);
+    /// Messages for unregistered ids drained in `p`.
+    fn stray(&self, p: Proc) -> u64;
+    /// Messages waiting in `p`'s unexpected queue.
+    fn unexpected(&self, p: Proc) -> usize;
+    /// Counters of a library.
+    fn counters(&self, p: Proc, lib: Lib) -> Counters;
+    /// Open connections from `a` to `b`.
+    fn live_connections(&self, a: Proc, b: Proc) -> usize;
+    /// Control-plane errors `p` saw from peers.
+    fn protocol_errors(&self, p: Proc) -> usize;
+    /// The namespace field's layout (to build legacy tags).
+    fn layout(&self) -> tagspace_core::TagLayout;
+}
+
+/// Drives operations until they finish (settling between checks) or `rounds` run out.
+pub fn wait<C: Cluster + ?Sized>(c: &mut C, p: Proc, op: Op, rounds: usize) -> Option<OpResult> {
+    for _ in 0..rounds {
+        if let Some(r) = c.take(p, op) {
+            return Some(r);
+        }
+        c.settle();
+    }
+    c.take(p, op)
+}
+
+/// Expands to one `#[test]` per conformance case, each on a fresh cluster from `$make`.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($make:expr) => {
+        $crate::conformance_suite!(@cases $make;
+            isolation_three_libraries_one_endpoint,
+            legacy_wildcard_probe_outside_tagspace,
+            different_registration_orders,
+            send_to_missing_name_waits_then_fails,
+            send_waits_for_late_announcement,
+            simultaneous_connect_keeps_one,
+            malformed_control_bytes_close_only_that_peer,
+            stray_messages_counted_and_drained,
+            peer_failure_mid_stream,
+            ordering_per_sender,
+            active_messages_are_namespaced,
+            registry_capacity_namespaces,
+            many_processes,
+            randomized_exactly_once
+        );
+    };
+    (@cases $make:expr; $($case:ident),*) => {
+        $(
+            #[test]
+            fn $case() {
+                let mut cluster = $make;
+                $crate::suite::$case(&mut cluster);
+            }
+        )*
+    };
+}

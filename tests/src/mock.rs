@@ -1,0 +1,195 @@
+//! The conformance suite's [`Cluster`] over the mock adapter.
+
+use crate::{Cluster, Counters, Lib, Op, OpResult, Proc};
+use tagspace_core::TagLayout;
+use tagspace_mock::fabric::{Fabric, ProcessId};
+use tagspace_mock::node::{LibId, Node, OpId};
+
+/// Simulated processes on one [`Fabric`].
+pub struct MockCluster {
+    /// The simulated UCX.
+    pub fabric: Fabric,
+    /// One node per process.
+    pub nodes: Vec<Node>,
+}
+
+impl MockCluster {
+    /// An empty cluster.
+    pub fn new() -> Self {
+        MockCluster {
+            fabric: Fabric::new(),
+            nodes: Vec::new(),
+        }
+    }
+
+    fn token(p: Proc) -> u64 {
+        0x5eed_0000_0000 + (p as u64) * 7919
+    }
+}
+
+impl Default for MockCluster {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Cluster for MockCluster {
+    fn spawn(&mut self) -> Proc {
+        let p = self.nodes.len();
+        let node = Node::new(&mut self.fabric, ProcessId(p), Self::token(p));
+        self.nodes.push(node);
+        p
+    }
+
+    fn register(&mut self, p: Proc, name: &str) -> Result<Lib, String> {
+        self.nodes[p]
+            .register(name)
+            .map(|l| l.0)
+            .map_err(|e| e.to_string())
+    }
+
+    fn release(&mut self, p: Proc, lib: Lib) {
+        self.nodes[p].release(&mut self.fabric, LibId(lib));
+    }
+
+    fn connect(&mut self, from: Proc, to: Proc) -> Result<(), String> {
+        let w = self.nodes[to].worker();
+        self.nodes[from]
+            .connect(&mut self.fabric, w)
+            .map_err(|e| e.to_string())
+    }
+
+    fn settle(&mut self) {
+        // Delivery is synchronous, so a handful of rounds lets every chain of reactions finish
+        // (a handshake takes three).
+        for _ in 0..6 {
+            for n in &mut self.nodes {
+                n.progress(&mut self.fabric);
+            }
+        }
+    }
+
+    fn advance_ms(&mut self, ms: u64) {
+        self.fabric.advance(ms);
+        self.settle();
+    }
+
+    fn send(
+        &mut self,
+        p: Proc,
+        lib: Lib,
+        to: Proc,
+        payload: u64,
+        data: &[u8],
+        timeout_ms: u64,
+    ) -> Op {
+        let peer = Self::token(to);
+        self.nodes[p]
+            .send(
+                &mut self.fabric,
+                LibId(lib),
+                peer,
+                payload,
+                data,
+                timeout_ms,
+            )
+            .0
+    }
+
+    fn send_inbox(&mut self, p: Proc, lib: Lib, to: Proc, data: &[u8], timeout_ms: u64) -> Op {
+        let peer = Self::token(to);
+        self.nodes[p]
+            .send_inbox(&mut self.fabric, LibId(lib), peer, data, timeout_ms)
+            .0
+    }
+
+    fn recv(&mut self, p: Proc, lib: Lib, payload: u64) -> Op {
+        self.nodes[p].recv(&mut self.fabric, LibId(lib), payload).0
+    }
+
+    fn take(&mut self, p: Proc, op: Op) -> Option<OpResult> {
+        self.nodes[p]
+            .take(OpId(op))
+            .map(|r| r.map_err(|e| e.to_string()))
+    }
+
+    fn probe_inbox(&mut self, p: Proc, lib: Lib) -> Option<Vec<u8>> {
+        self.nodes[p]
+            .probe_inbox(&mut self.fabric, LibId(lib))
+            .ok()
+            .flatten()
+    }
+
+    fn am_listen(&mut self, p: Proc, lib: Lib, local: u16) {
+        self.nodes[p]
+            .am_listen(&mut self.fabric, LibId(lib), local)
+            .expect("am_listen");
+    }
+
+    fn am_send(&mut self, p: Proc, lib: Lib, to: Proc, local: u16, data: &[u8]) -> Op {
+        let peer = Self::token(to);
+        self.nodes[p]
+            .am_send(&mut self.fabric, LibId(lib), peer, local, data, 1000)
+            .0
+    }
+
+    fn am_take(&mut self, p: Proc, lib: Lib, local: u16) -> Option<Vec<u8>> {
+        self.nodes[p].am_take(LibId(lib), local)
+    }
+
+    fn kill(&mut self, p: Proc) {
+        self.fabric.kill(ProcessId(p));
+    }
+
+    fn legacy_send(&mut self, from: Proc, to: Proc, tag: u64, data: &[u8]) {
+        let ep = self.nodes[from]
+            .endpoint_to(Self::token(to))
+            .expect("a connection to share");
+        self.fabric.tag_send(ep, tag, data).expect("legacy send");
+    }
+
+    fn legacy_probe(&mut self, p: Proc, tag: u64, mask: u64, remove: bool) -> Option<u64> {
+        let w = self.nodes[p].worker();
+        self.fabric
+            .tag_probe(w, tag, mask, remove)
+            .ok()
+            .flatten()
+            .map(|r| r.tag)
+    }
+
+    fn inject_control(&mut self, from: Proc, to: Proc, bytes: &[u8]) {
+        let peer = Self::token(to);
+        self.nodes[from]
+            .inject_control(&mut self.fabric, peer, bytes)
+            .expect("inject");
+    }
+
+    fn stray(&self, p: Proc) -> u64 {
+        self.nodes[p].stray()
+    }
+
+    fn unexpected(&self, p: Proc) -> usize {
+        self.fabric.unexpected_len(self.nodes[p].worker())
+    }
+
+    fn counters(&self, p: Proc, lib: Lib) -> Counters {
+        let c = self.nodes[p].counters(LibId(lib));
+        Counters {
+            sent: c.sent,
+            received: c.received,
+            failed: c.failed,
+        }
+    }
+
+    fn live_connections(&self, a: Proc, b: Proc) -> usize {
+        self.nodes[a].live_connections_to(Self::token(b))
+    }
+
+    fn protocol_errors(&self, p: Proc) -> usize {
+        self.nodes[p].protocol_errors().len()
+    }
+
+    fn layout(&self) -> TagLayout {
+        TagLayout::DEFAULT
+    }
+}

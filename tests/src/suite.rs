@@ -1,0 +1,487 @@
+//! The conformance cases. Each takes a fresh cluster and panics with a message on failure.
+
+use crate::{wait, Cluster, Lib, Proc};
+
+const T: u64 = 1_000; // default send timeout, ms
+const ROUNDS: usize = 20;
+
+/// Spawns `n` processes and connects every pair once (lower index connects).
+pub fn mesh<C: Cluster + ?Sized>(c: &mut C, n: usize) -> Vec<Proc> {
+    let procs: Vec<Proc> = (0..n).map(|_| c.spawn()).collect();
+    for i in 0..n {
+        for j in i + 1..n {
+            c.connect(procs[i], procs[j]).expect("connect");
+        }
+    }
+    c.settle();
+    procs
+}
+
+fn ok<C: Cluster + ?Sized>(c: &mut C, p: Proc, op: u64) -> Option<Vec<u8>> {
+    match wait(c, p, op, ROUNDS) {
+        Some(Ok(d)) => d,
+        Some(Err(e)) => panic!("operation failed: {e}"),
+        None => panic!("operation did not finish"),
+    }
+}
+
+fn register_all<C: Cluster + ?Sized>(c: &mut C, p: Proc, names: &[&str]) -> Vec<Lib> {
+    names
+        .iter()
+        .map(|n| c.register(p, n).expect("register"))
+        .collect()
+}
+
+/// Three libraries share one endpoint; each gets exactly its own messages and inbox traffic.
+pub fn isolation_three_libraries_one_endpoint<C: Cluster + ?Sized>(c: &mut C) {
+    let names = ["dask", "cuml", "blazingsql"];
+    let p = mesh(c, 2);
+    let (a, b) = (p[0], p[1]);
+    let la = register_all(c, a, &names);
+    let rev: Vec<&str> = names.iter().rev().copied().collect();
+    let lb_rev = register_all(c, b, &rev);
+    let lb: Vec<Lib> = (0..3).map(|k| lb_rev[2 - k]).collect();
+    c.settle();
+    let mut sends = Vec::new();
+    for k in 0..3 {
+        for seq in 0..50u64 {
+            let data = format!("{}:{seq}", names[k]);
+            sends.push(c.send(a, la[k], b, seq, data.as_bytes(), T));
+        }
+        let op = c.send_inbox(a, la[k], b, format!("begin:{}", names[k]).as_bytes(), T);
+        sends.push(op);
+    }
+    c.settle();
+    for op in sends {
+        ok(c, a, op);
+    }
+    for k in 0..3 {
+        for seq in 0..50u64 {
+            let op = c.recv(b, lb[k], seq);
+            let got = ok(c, b, op).expect("data");
+            assert_eq!(
+                got,
+                format!("{}:{seq}", names[k]).as_bytes(),
+                "misdelivered"
+            );
+        }
+        let inbox = c.probe_inbox(b, lb[k]).expect("inbox message");
+        assert_eq!(inbox, format!("begin:{}", names[k]).as_bytes());
+        assert_eq!(c.probe_inbox(b, lb[k]), None, "inbox delivered twice");
+        assert_eq!(c.counters(b, lb[k]).received, 51);
+        assert_eq!(c.counters(a, la[k]).sent, 51);
+    }
+    assert_eq!(c.live_connections(a, b), 1, "one shared endpoint per peer");
+    assert_eq!(c.unexpected(b), 0);
+}
+
+/// A legacy library outside tagspace shares the worker: its peeking wildcard probes lose
+/// nothing, its own tags (namespace field 0) never reach a tagspace library, and its full
+/// wildcard probe *with remove* does steal — which is why libraries must use tagspace.
+pub fn legacy_wildcard_probe_outside_tagspace<C: Cluster + ?Sized>(c: &mut C) {
+    let p = mesh(c, 2);
+    let (a, b) = (p[0], p[1]);
+    let la = register_all(c, a, &["dask", "blazingsql"]);
+    let lb = register_all(c, b, &["dask", "blazingsql"]);
+    c.settle();
+    let legacy_tag = 0x0000_0000_0000_0000u64; // BlazingSQL's old "begin" tag, ns field 0
+    c.legacy_send(a, b, legacy_tag, b"legacy-begin");
+    let s1 = c.send(a, la[0], b, 0, b"dask:0", T);
+    let s2 = c.send(a, la[1], b, 0x1_0000, b"blazing:1", T);
+    c.settle();
+    ok(c, a, s1);
+    ok(c, a, s2);
+    // BlazingSQL's old probe (low 16 bits zero) and Spark's (mask 0), without remove: they see
+    // messages but take none.
+    assert!(c.legacy_probe(b, 0, 0xFFFF, false).is_some());
+    assert!(c.legacy_probe(b, u64::MAX, 0, false).is_some());
+    // tagspace receives still get exactly their own.
+    let r = c.recv(b, lb[0], 0);
+    assert_eq!(ok(c, b, r).unwrap(), b"dask:0");
+    let r = c.recv(b, lb[1], 0x1_0000);
+    assert_eq!(ok(c, b, r).unwrap(), b"blazing:1");
+    // The legacy message never went to a tagspace library, and was not drained as stray
+    // (id 0 belongs to legacy code): the legacy library can still take it.
+    c.advance_ms(50);
+    assert_eq!(c.stray(b), 0);
+    assert_eq!(
+        c.legacy_probe(b, legacy_tag, u64::MAX, true),
+        Some(legacy_tag)
+    );
+    // A full-wildcard probe with remove takes whatever is oldest, tagspace's included: code
+    // outside tagspace on a shared worker can still steal.
+    let s3 = c.send(a, la[0], b, 5, b"dask:5", T);
+    c.settle();
+    ok(c, a, s3);
+    let stolen = c
+        .legacy_probe(b, u64::MAX, 0, true)
+        .expect("wildcard takes it");
+    assert_eq!(
+        c.layout().namespace_of(stolen),
+        c.layout().namespace_of((2u64) << 56)
+    );
+}
+
+/// P1: the same names registered in different orders (so with different ids) route correctly.
+pub fn different_registration_orders<C: Cluster + ?Sized>(c: &mut C) {
+    let names = ["engine-a", "engine-b", "engine-c"];
+    let procs: Vec<Proc> = (0..3).map(|_| c.spawn()).collect();
+    let mut libs = Vec::new();
+    for (i, &p) in procs.iter().enumerate() {
+        // A filler in some processes shifts the dynamic ids further.
+        if i == 1 {
+            c.register(p, "filler").unwrap();
+        }
+        let mut order: Vec<usize> = (0..3).collect();
+        order.rotate_left(i);
+        let mut l = vec![0; 3];
+        for k in order {
+            l[k] = c.register(p, names[k]).unwrap();
+        }
+        libs.push(l);
+    }
+    for i in 0..3 {
+        for j in i + 1..3 {
+            c.connect(procs[i], procs[j]).unwrap();
+        }
+    }
+    c.settle();
+    for (i, &src) in procs.iter().enumerate() {
+        for (j, &dst) in procs.iter().enumerate() {
+            if i == j {
+                continue;
+            }
+            for k in 0..3 {
+                let payload = (i * 10 + k) as u64;
+                let op = c.send(src, libs[i][k], dst, payload, names[k].as_bytes(), T);
+                ok(c, src, op);
+                let r = c.recv(dst, libs[j][k], payload);
+                assert_eq!(ok(c, dst, r).unwrap(), names[k].as_bytes());
+            }
+        }
+    }
+}
+
+/// P2: a send to a name the peer never registers waits for the deadline, then fails clearly.
+pub fn send_to_missing_name_waits_then_fails<C: Cluster + ?Sized>(c: &mut C) {
+    let p = mesh(c, 2);
+    let only = c.register(p[0], "only-here").unwrap();
+    c.settle();
+    let op = c.send(p[0], only, p[1], 1, b"x", 50);
+    c.settle();
+    assert!(c.take(p[0], op).is_none(), "gave up before the deadline");
+    c.advance_ms(60);
+    let err = wait(c, p[0], op, ROUNDS)
+        .expect("finished")
+        .expect_err("must fail");
+    assert!(
+        err.contains("only-here") && err.contains("not registered"),
+        "{err}"
+    );
+    assert_eq!(c.counters(p[0], only).failed, 1);
+}
+
+/// P2: a send waits for a peer that registers the name before the deadline.
+pub fn send_waits_for_late_announcement<C: Cluster + ?Sized>(c: &mut C) {
+    let p = mesh(c, 2);
+    let a = c.register(p[0], "late").unwrap();
+    c.settle();
+    let op = c.send(p[0], a, p[1], 3, b"hello", 100);
+    c.advance_ms(20);
+    assert!(c.take(p[0], op).is_none());
+    let b = c.register(p[1], "late").unwrap();
+    c.settle();
+    ok(c, p[0], op);
+    let r = c.recv(p[1], b, 3);
+    assert_eq!(ok(c, p[1], r).unwrap(), b"hello");
+}
+
+/// P4: two processes connecting to each other at once end with one connection.
+pub fn simultaneous_connect_keeps_one<C: Cluster + ?Sized>(c: &mut C) {
+    let (a, b) = (c.spawn(), c.spawn());
+    let la = c.register(a, "dask").unwrap();
+    let lb = c.register(b, "dask").unwrap();
+    c.connect(a, b).unwrap();
+    c.connect(b, a).unwrap();
+    c.settle();
+    assert_eq!(c.live_connections(a, b), 1);
+    assert_eq!(c.live_connections(b, a), 1);
+    for (src, ls, dst, ld) in [(a, la, b, lb), (b, lb, a, la)] {
+        let op = c.send(src, ls, dst, 9, b"ping", T);
+        ok(c, src, op);
+        let r = c.recv(dst, ld, 9);
+        assert_eq!(ok(c, dst, r).unwrap(), b"ping");
+    }
+    assert_eq!(c.protocol_errors(a) + c.protocol_errors(b), 0);
+}
+
+/// P5: malformed control bytes close that peer's connection only.
+pub fn malformed_control_bytes_close_only_that_peer<C: Cluster + ?Sized>(c: &mut C) {
+    let p = mesh(c, 3);
+    let (a, hostile, good) = (p[0], p[1], p[2]);
+    let la = c.register(a, "dask").unwrap();
+    let lg = c.register(good, "dask").unwrap();
+    c.settle();
+    c.inject_control(hostile, a, b"TS\x01\x02\x00\x09\x00\x10\x40garbage");
+    c.settle();
+    assert_eq!(c.protocol_errors(a), 1);
+    assert_eq!(
+        c.live_connections(a, hostile),
+        0,
+        "hostile peer must be cut off"
+    );
+    assert_eq!(c.live_connections(a, good), 1);
+    let op = c.send(a, la, good, 1, b"still fine", T);
+    ok(c, a, op);
+    let r = c.recv(good, lg, 1);
+    assert_eq!(ok(c, good, r).unwrap(), b"still fine");
+}
+
+/// D2: messages for an id nobody registered are counted and drained, not left queued.
+pub fn stray_messages_counted_and_drained<C: Cluster + ?Sized>(c: &mut C) {
+    let p = mesh(c, 2);
+    c.register(p[1], "dask").unwrap();
+    c.settle();
+    let f = c.layout().namespace_field();
+    for i in 0..100u64 {
+        c.legacy_send(p[0], p[1], (200u64 << f.shift()) | i, b"nobody");
+    }
+    c.advance_ms(50);
+    assert_eq!(c.stray(p[1]), 100);
+    assert_eq!(c.unexpected(p[1]), 0);
+}
+
+/// D3: a peer dying mid-stream fails only the operations towards it; nothing delivered to the
+/// others is lost or duplicated.
+pub fn peer_failure_mid_stream<C: Cluster + ?Sized>(c: &mut C) {
+    let p = mesh(c, 3);
+    let (a, dying, other) = (p[0], p[1], p[2]);
+    let la = c.register(a, "dask").unwrap();
+    let ld = c.register(dying, "dask").unwrap();
+    let lo = c.register(other, "dask").unwrap();
+    c.settle();
+    let big = vec![7u8; 64 * 1024]; // rendezvous: completes only when matched
+    let to_dying: Vec<u64> = (0..20).map(|s| c.send(a, la, dying, s, &big, T)).collect();
+    let to_other: Vec<u64> = (0..20).map(|s| c.send(a, la, other, s, &big, T)).collect();
+    for s in 0..10u64 {
+        let r = c.recv(dying, ld, s);
+        ok(c, dying, r);
+    }
+    c.kill(dying);
+    c.settle();
+    let (mut done, mut failed) = (0, 0);
+    for op in to_dying {
+        match wait(c, a, op, ROUNDS).expect("finished") {
+            Ok(_) => done += 1,
+            Err(e) => {
+                assert!(e.contains("peer"), "unclear error: {e}");
+                failed += 1;
+            }
+        }
+    }
+    assert_eq!((done, failed), (10, 10));
+    for s in 0..20u64 {
+        let r = c.recv(other, lo, s);
+        assert_eq!(ok(c, other, r).unwrap(), big);
+    }
+    for op in to_other {
+        ok(c, a, op);
+    }
+    assert_eq!(c.counters(other, lo).received, 20);
+    assert_eq!(c.counters(a, la).failed, 10);
+    assert_eq!(c.unexpected(other), 0, "nothing duplicated");
+}
+
+/// Messages with the same tag from one sender are received in send order.
+pub fn ordering_per_sender<C: Cluster + ?Sized>(c: &mut C) {
+    let p = mesh(c, 2);
+    let a = c.register(p[0], "cuml").unwrap();
+    let b = c.register(p[1], "cuml").unwrap();
+    c.settle();
+    let ops: Vec<u64> = (0..100u32)
+        .map(|i| c.send(p[0], a, p[1], 7, &i.to_le_bytes(), T))
+        .collect();
+    for op in ops {
+        ok(c, p[0], op);
+    }
+    for i in 0..100u32 {
+        let r = c.recv(p[1], b, 7);
+        assert_eq!(ok(c, p[1], r).unwrap(), i.to_le_bytes());
+    }
+}
+
+/// AM ids are namespaced: two libraries both using local AM id 0 (as ucx-py and ucxx use UCX
+/// AM id 0) each get only their own messages.
+pub fn active_messages_are_namespaced<C: Cluster + ?Sized>(c: &mut C) {
+    let p = mesh(c, 2);
+    let la = register_all(c, p[0], &["ucx-py", "ucxx"]);
+    let lb = register_all(c, p[1], &["ucxx", "ucx-py"]);
+    c.am_listen(p[1], lb[0], 0);
+    c.am_listen(p[1], lb[1], 0);
+    c.settle();
+    let o1 = c.am_send(p[0], la[0], p[1], 0, b"from ucx-py");
+    let o2 = c.am_send(p[0], la[1], p[1], 0, b"from ucxx");
+    ok(c, p[0], o1);
+    ok(c, p[0], o2);
+    c.settle();
+    assert_eq!(c.am_take(p[1], lb[1], 0).unwrap(), b"from ucx-py");
+    assert_eq!(c.am_take(p[1], lb[0], 0).unwrap(), b"from ucxx");
+    assert_eq!(c.am_take(p[1], lb[0], 0), None);
+}
+
+/// As many namespaces as the registry holds, all routed.
+pub fn registry_capacity_namespaces<C: Cluster + ?Sized>(c: &mut C) {
+    let p = mesh(c, 2);
+    let mut libs = Vec::new();
+    let err = loop {
+        let name = format!("ns-{}", libs.len());
+        match c.register(p[0], &name) {
+            Ok(l) => {
+                let lb = c.register(p[1], &name).expect("same capacity");
+                libs.push((name, l, lb));
+            }
+            Err(e) => break e,
+        }
+    };
+    assert!(err.contains("in use"), "exhaustion must say so: {err}");
+    assert!(libs.len() >= 200, "only {} namespaces", libs.len());
+    c.settle();
+    for (i, (name, la, lb)) in libs.iter().enumerate() {
+        let op = c.send(p[0], *la, p[1], i as u64, name.as_bytes(), T);
+        ok(c, p[0], op);
+        let r = c.recv(p[1], *lb, i as u64);
+        assert_eq!(ok(c, p[1], r).unwrap(), name.as_bytes());
+    }
+}
+
+/// 64 processes, each connected to a hub and its ring neighbours, all talking.
+pub fn many_processes<C: Cluster + ?Sized>(c: &mut C) {
+    let n = 64;
+    let procs: Vec<Proc> = (0..n).map(|_| c.spawn()).collect();
+    let libs: Vec<Lib> = procs
+        .iter()
+        .map(|&p| c.register(p, "dask").unwrap())
+        .collect();
+    for i in 1..n {
+        c.connect(procs[i], procs[0]).unwrap();
+        if i + 1 < n {
+            c.connect(procs[i], procs[i + 1]).unwrap();
+        }
+    }
+    c.connect(procs[n - 1], procs[1]).unwrap();
+    c.settle();
+    for i in 1..n {
+        let next = if i + 1 < n { i + 1 } else { 1 };
+        for (dst, payload) in [(0, i as u64), (next, 1_000 + i as u64)] {
+            let op = c.send(
+                procs[i],
+                libs[i],
+                procs[dst],
+                payload,
+                &(i as u32).to_le_bytes(),
+                T,
+            );
+            ok(c, procs[i], op);
+        }
+    }
+    for i in 1..n {
+        let r = c.recv(procs[0], libs[0], i as u64);
+        assert_eq!(ok(c, procs[0], r).unwrap(), (i as u32).to_le_bytes());
+        let prev = if i > 1 { i - 1 } else { n - 1 };
+        let r = c.recv(procs[i], libs[i], 1_000 + prev as u64);
+        assert_eq!(ok(c, procs[i], r).unwrap(), (prev as u32).to_le_bytes());
+    }
+}
+
+/// A seeded interleaving of thousands of sends, receives (posted before or after the send),
+/// settles and clock ticks across processes and namespaces: every message is delivered exactly
+/// once, to the right namespace, with the right bytes.
+pub fn randomized_exactly_once<C: Cluster + ?Sized>(c: &mut C) {
+    let names = ["dask", "cuml", "blazingsql", "engine-x", "engine-y"];
+    let n = 6;
+    let procs: Vec<Proc> = (0..n).map(|_| c.spawn()).collect();
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut rnd = move |m: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % m
+    };
+    // Random registration order per process.
+    let mut libs = vec![vec![0; names.len()]; n];
+    for &p in &procs {
+        let mut order: Vec<usize> = (0..names.len()).collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, rnd(i as u64 + 1) as usize);
+        }
+        for k in order {
+            libs[p][k] = c.register(p, names[k]).unwrap();
+        }
+    }
+    for i in 0..n {
+        for j in i + 1..n {
+            c.connect(procs[i], procs[j]).unwrap();
+        }
+    }
+    c.settle();
+    struct Msg {
+        src: Proc,
+        dst: Proc,
+        lib: usize,
+        payload: u64,
+        send: Option<u64>,
+        recv: Option<u64>,
+    }
+    let mut msgs: Vec<Msg> = Vec::new();
+    for step in 0..3000u64 {
+        match rnd(10) {
+            0..=4 => {
+                let (src, dst) = (rnd(n as u64) as usize, rnd(n as u64) as usize);
+                if src == dst {
+                    continue;
+                }
+                let lib = rnd(names.len() as u64) as usize;
+                msgs.push(Msg {
+                    src,
+                    dst,
+                    lib,
+                    payload: step,
+                    send: None,
+                    recv: None,
+                });
+                // Half the time the receive is posted first (expected path), half later.
+                if rnd(2) == 0 {
+                    let m = msgs.last_mut().unwrap();
+                    m.recv = Some(c.recv(dst, libs[dst][lib], step));
+                }
+                let m = msgs.last_mut().unwrap();
+                let data = format!("{src}>{dst}:{}:{step}", names[lib]);
+                m.send = Some(c.send(src, libs[src][lib], dst, step, data.as_bytes(), T));
+            }
+            5..=7 => {
+                if let Some(m) = msgs.iter_mut().find(|m| m.recv.is_none()) {
+                    m.recv = Some(c.recv(m.dst, libs[m.dst][m.lib], m.payload));
+                }
+            }
+            8 => c.settle(),
+            _ => c.advance_ms(1),
+        }
+    }
+    for m in &mut msgs {
+        if m.recv.is_none() {
+            m.recv = Some(c.recv(m.dst, libs[m.dst][m.lib], m.payload));
+        }
+    }
+    c.settle();
+    assert!(msgs.len() > 1000);
+    for m in &msgs {
+        ok(c, m.src, m.send.unwrap());
+        let got = ok(c, m.dst, m.recv.unwrap()).expect("data");
+        let want = format!("{}>{}:{}:{}", m.src, m.dst, names[m.lib], m.payload);
+        assert_eq!(String::from_utf8_lossy(&got), want);
+    }
+    for &p in &procs {
+        assert_eq!(c.unexpected(p), 0, "leftover (duplicated) messages in {p}");
+        assert_eq!(c.stray(p), 0);
+    }
+}
