@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod error;
+pub mod ipc;
 pub mod layout;
 pub mod matcher;
 pub mod name;

@@ -22,6 +22,21 @@ pub fn check_wire(bytes: &[u8]) {
     }
 }
 
+/// `ipc_descriptor`: any bytes decode to a CUDA IPC descriptor or an error (never a panic); a
+/// decoded descriptor re-encodes to exactly the input and describes a non-empty, non-overflowing
+/// range.
+pub fn check_ipc_descriptor(bytes: &[u8]) {
+    use tagspace_core::ipc::IpcDescriptor;
+    if let Ok(d) = IpcDescriptor::decode(bytes) {
+        assert_eq!(
+            &d.encode()[..],
+            bytes,
+            "descriptor decode/encode is not a round trip"
+        );
+        assert!(d.len > 0 && d.offset.checked_add(d.len).is_some());
+    }
+}
+
 /// Input of `tag_algebra`.
 #[derive(Arbitrary, Debug)]
 pub struct AlgebraInput {

@@ -50,3 +50,11 @@ fn session() {
         }
     }
 }
+
+#[test]
+fn ipc_descriptor() {
+    for (name, bytes) in inputs("ipc_descriptor") {
+        eprintln!("replaying {name}");
+        tagspace_fuzz::check_ipc_descriptor(&bytes);
+    }
+}
