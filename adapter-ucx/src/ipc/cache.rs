@@ -15,6 +15,10 @@
 //!                                      (absent)
 //! ```
 //!
+//! Imports take the lock (one hash of the key); releases that are not the last decrement the
+//! mapping's counter without it. The last release takes the lock and re-checks, because an
+//! import may have revived the mapping in between; only if the count is still zero does it close.
+//!
 //! The driver is never called with the lock held: an import that finds `Opening` or `Closing`
 //! waits on a condition variable for that one entry's outcome, so a slow open of one handle does
 //! not stall imports of other handles, and a handle is never re-opened before its close has
@@ -27,7 +31,7 @@
 use super::{IpcBackend, IpcError};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use tagspace_core::ipc::{ExporterId, IpcDescriptor};
 
@@ -38,9 +42,17 @@ struct Key {
     handle: [u8; 64],
 }
 
+/// An open mapping. Guards hold it directly, so a release that is not the last is one atomic
+/// decrement: no hashing, no lock.
+struct Mapping {
+    base: u64,
+    refs: AtomicUsize,
+    valid: AtomicBool,
+}
+
 enum Entry {
     Opening,
-    Open { base: u64, refs: usize, valid: bool },
+    Open(Arc<Mapping>),
     Closing,
 }
 
@@ -135,16 +147,18 @@ impl<B: IpcBackend> IpcCache<B> {
                     pid: key.exporter.pid,
                 });
             }
-            match g.entries.get_mut(&key) {
-                Some(Entry::Open { base, refs, valid }) => {
-                    if !*valid {
+            match g.entries.get(&key) {
+                Some(Entry::Open(m)) => {
+                    if !m.valid.load(Ordering::Relaxed) {
                         return Err(IpcError::PeerFailed {
                             pid: key.exporter.pid,
                         });
                     }
-                    *refs += 1;
+                    // Under the lock: the last releaser re-checks this count under the same
+                    // lock before closing, so an increment here always wins against a close.
+                    m.refs.fetch_add(1, Ordering::Relaxed);
                     inner.hits.fetch_add(1, Ordering::Relaxed);
-                    return Ok(self.guard(key, *base, d));
+                    return Ok(self.guard(key, m.clone(), d));
                 }
                 Some(Entry::Opening | Entry::Closing) => g = inner.wait(g),
                 None => break,
@@ -157,16 +171,13 @@ impl<B: IpcBackend> IpcCache<B> {
         let result = match opened {
             Ok(base) => {
                 inner.opens.fetch_add(1, Ordering::Relaxed);
-                let valid = !g.failed.contains(&key.exporter);
-                g.entries.insert(
-                    key,
-                    Entry::Open {
-                        base,
-                        refs: 1,
-                        valid,
-                    },
-                );
-                Ok(self.guard(key, base, d))
+                let m = Arc::new(Mapping {
+                    base,
+                    refs: AtomicUsize::new(1),
+                    valid: AtomicBool::new(!g.failed.contains(&key.exporter)),
+                });
+                g.entries.insert(key, Entry::Open(m.clone()));
+                Ok(self.guard(key, m, d))
             }
             Err(e) => {
                 g.entries.remove(&key);
@@ -183,11 +194,11 @@ impl<B: IpcBackend> IpcCache<B> {
         result
     }
 
-    fn guard(&self, key: Key, base: u64, d: &IpcDescriptor) -> ImportGuard<B> {
+    fn guard(&self, key: Key, mapping: Arc<Mapping>, d: &IpcDescriptor) -> ImportGuard<B> {
         ImportGuard {
             inner: self.inner.clone(),
             key,
-            base,
+            mapping,
             offset: d.offset,
             len: d.len,
         }
@@ -200,8 +211,8 @@ impl<B: IpcBackend> IpcCache<B> {
         g.failed.insert(*exporter);
         for (k, e) in g.entries.iter_mut() {
             if k.exporter == *exporter {
-                if let Entry::Open { valid, .. } = e {
-                    *valid = false;
+                if let Entry::Open(m) = e {
+                    m.valid.store(false, Ordering::Relaxed);
                 }
             }
         }
@@ -213,7 +224,7 @@ impl<B: IpcBackend> IpcCache<B> {
             .lock()
             .entries
             .values()
-            .filter(|e| matches!(e, Entry::Open { .. }))
+            .filter(|e| matches!(e, Entry::Open(_)))
             .count()
     }
 
@@ -234,7 +245,7 @@ impl<B: IpcBackend> IpcCache<B> {
 pub struct ImportGuard<B: IpcBackend> {
     inner: Arc<Inner<B>>,
     key: Key,
-    base: u64,
+    mapping: Arc<Mapping>,
     offset: u64,
     len: u64,
 }
@@ -242,12 +253,12 @@ pub struct ImportGuard<B: IpcBackend> {
 impl<B: IpcBackend> ImportGuard<B> {
     /// Device pointer to the buffer (mapping base plus the descriptor's offset).
     pub fn device_ptr(&self) -> u64 {
-        self.base.wrapping_add(self.offset)
+        self.mapping.base.wrapping_add(self.offset)
     }
 
     /// Base of the whole mapped allocation.
     pub fn mapping_base(&self) -> u64 {
-        self.base
+        self.mapping.base
     }
 
     /// Length of the buffer.
@@ -262,11 +273,7 @@ impl<B: IpcBackend> ImportGuard<B> {
 
     /// False once the exporter has been reported failed: the memory may be gone.
     pub fn is_valid(&self) -> bool {
-        let g = self.inner.lock();
-        matches!(
-            g.entries.get(&self.key),
-            Some(Entry::Open { valid: true, .. })
-        )
+        self.mapping.valid.load(Ordering::Relaxed)
     }
 
     /// The device it lives on.
@@ -277,21 +284,24 @@ impl<B: IpcBackend> ImportGuard<B> {
 
 impl<B: IpcBackend> Drop for ImportGuard<B> {
     fn drop(&mut self) {
+        // AcqRel: the last releaser sees every other guard's use of the mapping as finished.
+        if self.mapping.refs.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
         let inner = &self.inner;
         let mut g = inner.lock();
-        let last = match g.entries.get_mut(&self.key) {
-            Some(Entry::Open { refs, .. }) => {
-                *refs -= 1;
-                *refs == 0
-            }
-            _ => false, // unreachable by construction: an open entry outlives its guards
-        };
-        if !last {
+        // An import may have revived the mapping (under the lock) since our decrement, or a
+        // second releaser that also saw zero may already be closing it.
+        let ours = matches!(
+            g.entries.get(&self.key),
+            Some(Entry::Open(m)) if Arc::ptr_eq(m, &self.mapping)
+        );
+        if !ours || self.mapping.refs.load(Ordering::Acquire) != 0 {
             return;
         }
         g.entries.insert(self.key, Entry::Closing);
         drop(g);
-        let r = inner.backend.close(self.key.device, self.base);
+        let r = inner.backend.close(self.key.device, self.mapping.base);
         inner.closes.fetch_add(1, Ordering::Relaxed);
         if r.is_err() {
             inner.close_errors.fetch_add(1, Ordering::Relaxed);
