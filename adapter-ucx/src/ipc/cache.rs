@@ -29,10 +29,9 @@
 //! mapping is closed when its last guard drops, never under a library still holding it.
 
 use super::{IpcBackend, IpcError};
+use crate::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use tagspace_core::ipc::{ExporterId, IpcDescriptor};
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
