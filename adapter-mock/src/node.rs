@@ -501,23 +501,27 @@ impl Node {
             } => match self.try_send(fab, lib, peer, target, &data) {
                 Ok(Sent::InFlight(send)) => Op::Sending { lib, send },
                 Ok(Sent::Complete) => self.finish(lib, Ok(None), true),
-                Ok(Sent::NoRoute) if fab.now_ms() < deadline_ms => Op::WaitingRoute {
-                    lib,
-                    peer,
-                    target,
-                    data,
-                    since_ms,
-                    deadline_ms,
-                },
-                Ok(Sent::NoRoute) => {
-                    let name = match self.namespace(lib) {
-                        Some(ns) => *ns.name(),
-                        None => return,
-                    };
-                    let e = NodeError::PeerLacksNamespace {
-                        name,
+                Ok(Sent::NoRoute | Sent::NoConnection) if fab.now_ms() < deadline_ms => {
+                    Op::WaitingRoute {
+                        lib,
                         peer,
-                        waited_ms: fab.now_ms() - since_ms,
+                        target,
+                        data,
+                        since_ms,
+                        deadline_ms,
+                    }
+                }
+                Ok(Sent::NoConnection) => {
+                    self.finish(lib, Err(NodeError::NoConnection { peer }), true)
+                }
+                Ok(Sent::NoRoute) => {
+                    let e = match self.namespace(lib) {
+                        Some(ns) => NodeError::PeerLacksNamespace {
+                            name: *ns.name(),
+                            peer,
+                            waited_ms: fab.now_ms() - since_ms,
+                        },
+                        None => NodeError::NoSuchLibrary,
                     };
                     self.finish(lib, Err(e), true)
                 }
@@ -546,7 +550,23 @@ impl Node {
         target: Target,
         data: &[u8],
     ) -> Result<Sent, NodeError> {
-        let conn = self.conn_to(peer)?;
+        let conn = match self.conn_to(peer) {
+            Ok(c) => c,
+            Err(_) => {
+                // A connection to this peer that failed: fail now (D3). Otherwise it may still
+                // be handshaking: wait, like for a name not yet announced.
+                let failed = self.conns.iter().find_map(|c| match c.state {
+                    ConnState::Down(Some(e)) if c.session.peer().map(|p| p.token) == Some(peer) => {
+                        Some(e)
+                    }
+                    _ => None,
+                });
+                return match failed {
+                    Some(e) => Err(NodeError::Fabric(e)),
+                    None => Ok(Sent::NoConnection),
+                };
+            }
+        };
         let ep = conn.ep;
         let l = self
             .libs
@@ -713,6 +733,8 @@ impl Node {
 enum Sent {
     /// The peer has not announced the name (yet).
     NoRoute,
+    /// No established connection to the peer (yet).
+    NoConnection,
     /// Handed to the transport; completes later.
     InFlight(SendId),
     /// Handed over and already complete.

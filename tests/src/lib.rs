@@ -109,6 +109,7 @@ macro_rules! conformance_suite {
             different_registration_orders,
             send_to_missing_name_waits_then_fails,
             send_waits_for_late_announcement,
+            send_during_handshake_waits,
             simultaneous_connect_keeps_one,
             malformed_control_bytes_close_only_that_peer,
             stray_messages_counted_and_drained,

@@ -196,6 +196,25 @@ pub fn send_waits_for_late_announcement<C: Cluster + ?Sized>(c: &mut C) {
     assert_eq!(ok(c, p[1], r).unwrap(), b"hello");
 }
 
+/// A send issued while the connection is still handshaking waits for it instead of failing;
+/// a send to a peer nobody connects to fails at the deadline, saying so.
+pub fn send_during_handshake_waits<C: Cluster + ?Sized>(c: &mut C) {
+    let (a, b, lonely) = (c.spawn(), c.spawn(), c.spawn());
+    let la = c.register(a, "dask").unwrap();
+    let lb = c.register(b, "dask").unwrap();
+    c.connect(a, b).unwrap();
+    let op = c.send(a, la, b, 1, b"early", T); // before any progress: no HELLO yet
+    let r = c.recv(b, lb, 1);
+    assert_eq!(ok(c, b, r).unwrap(), b"early");
+    ok(c, a, op);
+    let never = c.send(a, la, lonely, 1, b"x", 30);
+    c.advance_ms(40);
+    let err = wait(c, a, never, ROUNDS)
+        .expect("finished")
+        .expect_err("no connection");
+    assert!(err.contains("no open connection"), "{err}");
+}
+
 /// P4: two processes connecting to each other at once end with one connection.
 pub fn simultaneous_connect_keeps_one<C: Cluster + ?Sized>(c: &mut C) {
     let (a, b) = (c.spawn(), c.spawn());
