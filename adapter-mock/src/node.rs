@@ -137,23 +137,20 @@ enum Target {
     Am(u16),
 }
 
+/// A send waiting for a connection or for the peer to announce the name.
+struct Waiting {
+    lib: LibId,
+    peer: u64,
+    target: Target,
+    data: Vec<u8>,
+    since_ms: u64,
+    deadline_ms: u64,
+}
+
 enum Op {
-    WaitingRoute {
-        lib: LibId,
-        peer: u64,
-        target: Target,
-        data: Vec<u8>,
-        since_ms: u64,
-        deadline_ms: u64,
-    },
-    Sending {
-        lib: LibId,
-        send: SendId,
-    },
-    Receiving {
-        lib: LibId,
-        recv: RecvId,
-    },
+    WaitingRoute(Waiting),
+    Sending { lib: LibId, send: SendId },
+    Receiving { lib: LibId, recv: RecvId },
     Done(Result<Option<Vec<u8>>, NodeError>),
 }
 
@@ -397,14 +394,14 @@ impl Node {
         timeout_ms: u64,
     ) -> OpId {
         let now = fab.now_ms();
-        let op = Op::WaitingRoute {
+        let op = Op::WaitingRoute(Waiting {
             lib,
             peer,
             target,
             data: data.to_vec(),
             since_ms: now,
             deadline_ms: now + timeout_ms,
-        };
+        });
         let id = self.new_op(op);
         self.advance_op(fab, id);
         id
@@ -491,42 +488,31 @@ impl Node {
             return;
         };
         let next = match op {
-            Op::WaitingRoute {
-                lib,
-                peer,
-                target,
-                data,
-                since_ms,
-                deadline_ms,
-            } => match self.try_send(fab, lib, peer, target, &data) {
-                Ok(Sent::InFlight(send)) => Op::Sending { lib, send },
-                Ok(Sent::Complete) => self.finish(lib, Ok(None), true),
-                Ok(Sent::NoRoute | Sent::NoConnection) if fab.now_ms() < deadline_ms => {
-                    Op::WaitingRoute {
-                        lib,
-                        peer,
-                        target,
-                        data,
-                        since_ms,
-                        deadline_ms,
+            Op::WaitingRoute(w) => {
+                let (lib, peer) = (w.lib, w.peer);
+                match self.try_send(fab, lib, peer, w.target, &w.data) {
+                    Ok(Sent::InFlight(send)) => Op::Sending { lib, send },
+                    Ok(Sent::Complete) => self.finish(lib, Ok(None), true),
+                    Ok(Sent::NoRoute | Sent::NoConnection) if fab.now_ms() < w.deadline_ms => {
+                        Op::WaitingRoute(w)
                     }
+                    Ok(Sent::NoConnection) => {
+                        self.finish(lib, Err(NodeError::NoConnection { peer }), true)
+                    }
+                    Ok(Sent::NoRoute) => {
+                        let e = match self.namespace(lib) {
+                            Some(ns) => NodeError::PeerLacksNamespace {
+                                name: *ns.name(),
+                                peer,
+                                waited_ms: fab.now_ms() - w.since_ms,
+                            },
+                            None => NodeError::NoSuchLibrary,
+                        };
+                        self.finish(lib, Err(e), true)
+                    }
+                    Err(e) => self.finish(lib, Err(e), true),
                 }
-                Ok(Sent::NoConnection) => {
-                    self.finish(lib, Err(NodeError::NoConnection { peer }), true)
-                }
-                Ok(Sent::NoRoute) => {
-                    let e = match self.namespace(lib) {
-                        Some(ns) => NodeError::PeerLacksNamespace {
-                            name: *ns.name(),
-                            peer,
-                            waited_ms: fab.now_ms() - since_ms,
-                        },
-                        None => NodeError::NoSuchLibrary,
-                    };
-                    self.finish(lib, Err(e), true)
-                }
-                Err(e) => self.finish(lib, Err(e), true),
-            },
+            }
             Op::Sending { lib, send } => match fab.send_status(send) {
                 None => Op::Sending { lib, send },
                 Some(r) => self.finish(lib, r.map(|_| None).map_err(NodeError::from), true),
