@@ -239,7 +239,7 @@ impl Fabric {
         self.eps.get(ep.0).map(|e| e.remote_worker)
     }
 
-    /// Sends a tagged message; the returned send completes per [`Fabric::send_status`].
+    /// Sends a tagged message; collect its outcome with [`Fabric::send_take`].
     pub fn tag_send(&mut self, ep: EpId, tag: u64, data: &[u8]) -> Result<SendId, FabricError> {
         let dest = self.usable(ep)?.remote_worker;
         let id = SendId(self.next());
@@ -272,16 +272,21 @@ impl Fabric {
         Ok(id)
     }
 
-    /// `None` while pending; then how the send ended.
-    pub fn send_status(&self, id: SendId) -> Option<Result<(), FabricError>> {
+    /// `None` while pending (or already taken); then how the send ended. Taking it forgets
+    /// the send, so finished sends do not pile up.
+    pub fn send_take(&mut self, id: SendId) -> Option<Result<(), FabricError>> {
         match self.sends.get(&id)? {
             SendState::Pending { .. } => None,
-            SendState::Done(r) => Some(*r),
+            SendState::Done(r) => {
+                let r = *r;
+                self.sends.remove(&id);
+                Some(r)
+            }
         }
     }
 
-    fn complete_send_of(&mut self, msg: &TagMsg) {
-        if let Some(s) = msg.send {
+    fn complete_send(&mut self, send: Option<SendId>) {
+        if let Some(s) = send {
             self.sends.insert(s, SendState::Done(Ok(())));
         }
     }
@@ -295,10 +300,10 @@ impl Fabric {
                 id,
                 Ok(Received {
                     tag: t,
-                    data: msg.data.clone(),
+                    data: msg.data,
                 }),
             );
-            self.complete_send_of(&msg);
+            self.complete_send(msg.send);
         }
         Ok(id)
     }
@@ -331,9 +336,11 @@ impl Fabric {
                 data: Vec::new(),
             })),
             Some((t, Some(msg))) => {
-                let data = msg.data.clone();
-                self.complete_send_of(&msg);
-                Ok(Some(Received { tag: t, data }))
+                self.complete_send(msg.send);
+                Ok(Some(Received {
+                    tag: t,
+                    data: msg.data,
+                }))
             }
         }
     }
@@ -459,11 +466,12 @@ mod tests {
         let ep = f.connect(a, b).unwrap();
         assert!(matches!(f.event(b), Some(WorkerEvent::Accepted(_))));
         let small = f.tag_send(ep, 1, b"hi").unwrap();
-        assert_eq!(f.send_status(small), Some(Ok(())));
+        assert_eq!(f.send_take(small), Some(Ok(())));
         let big = f.tag_send(ep, 2, &vec![7u8; RNDV_THRESHOLD + 1]).unwrap();
-        assert_eq!(f.send_status(big), None);
+        assert_eq!(f.send_take(big), None);
         let r = f.tag_recv(b, 2, u64::MAX).unwrap();
-        assert_eq!(f.send_status(big), Some(Ok(())));
+        assert_eq!(f.send_take(big), Some(Ok(())));
+        assert_eq!(f.send_take(big), None, "a taken send is forgotten");
         assert_eq!(
             f.recv_take(b, r).unwrap().unwrap().data.len(),
             RNDV_THRESHOLD + 1
@@ -484,7 +492,7 @@ mod tests {
         let ac = f.connect(a, c).unwrap();
         let pending = f.tag_send(ab, 9, &vec![0u8; RNDV_THRESHOLD * 2]).unwrap();
         f.kill(ProcessId(1));
-        assert_eq!(f.send_status(pending), Some(Err(FabricError::PeerFailed)));
+        assert_eq!(f.send_take(pending), Some(Err(FabricError::PeerFailed)));
         assert_eq!(
             f.event(a),
             Some(WorkerEvent::EndpointError(ab, FabricError::PeerFailed))

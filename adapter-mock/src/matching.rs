@@ -80,11 +80,6 @@ impl<T: Clone + PartialEq, M> TagMatcher<T, M> {
         self.wildcard.len() + self.buckets.iter().map(VecDeque::len).sum::<usize>()
     }
 
-    /// Whether any partial-mask receive is posted (which slows every arrival).
-    pub fn has_wildcards(&self) -> bool {
-        !self.wildcard.is_empty()
-    }
-
     /// A message arrives: the receive it matches, or `None` if it was queued as unexpected.
     pub fn arrive(&mut self, tag: u64, msg: M) -> Option<(T, M)> {
         let b = bucket(tag);
@@ -209,19 +204,6 @@ impl<T: Clone + PartialEq, M> TagMatcher<T, M> {
             }
         }
         false
-    }
-
-    /// Removes and returns every unexpected message whose tag satisfies `pred`, oldest first.
-    pub fn drain_unexpected(&mut self, mut pred: impl FnMut(u64) -> bool) -> Vec<(u64, M)> {
-        let take: Vec<u64> = self
-            .unexpected
-            .iter()
-            .filter(|(_, (t, _))| pred(*t))
-            .map(|(&sn, _)| sn)
-            .collect();
-        take.into_iter()
-            .filter_map(|sn| self.unexpected.remove(&sn))
-            .collect()
     }
 }
 

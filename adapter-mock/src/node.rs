@@ -513,7 +513,7 @@ impl Node {
                     Err(e) => self.finish(lib, Err(e), true),
                 }
             }
-            Op::Sending { lib, send } => match fab.send_status(send) {
+            Op::Sending { lib, send } => match fab.send_take(send) {
                 None => Op::Sending { lib, send },
                 Some(r) => self.finish(lib, r.map(|_| None).map_err(NodeError::from), true),
             },
