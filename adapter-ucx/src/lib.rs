@@ -11,4 +11,8 @@
 #![deny(missing_docs)]
 
 pub mod ipc;
+#[cfg(not(loom))]
+pub mod node;
 mod sync;
+#[cfg(not(loom))]
+pub mod ucp;

@@ -1,11 +1,12 @@
 //! The conformance suite, written once against [`Cluster`] and run on every adapter.
 //!
 //! A `Cluster` is a set of processes running tagspace over one transport. The mock implements
-//! it in [`mock::MockCluster`]; the UCX adapter will implement it over real UCX workers. Run the
+//! it in [`mock::MockCluster`]; the UCX adapter over real UCX workers in [`ucx::UcxCluster`]. Run the
 //! whole suite on an implementation with [`conformance_suite!`].
 
 pub mod mock;
 pub mod suite;
+pub mod ucx;
 
 /// A process in a cluster.
 pub type Proc = usize;

@@ -1,0 +1,1082 @@
+//! tagspace on a real UCP worker: one [`Node`] per worker, shared by every library in the
+//! process.
+//!
+//! The node moves bytes and events; every protocol decision is the core's ([`Session`],
+//! [`Registry`], [`Namespace`]), driven the same way as the mock adapter's node:
+//! * one endpoint per peer worker, shared by every namespace; of two endpoints opened at once
+//!   between a pair the session's tie-break keeps one (P4); connecting costs one HELLO each way
+//!   plus one frame per change, whatever the number of endpoints (P3);
+//! * control frames travel as Active Messages on the control namespace's first AM id, sent
+//!   eagerly with a reply endpoint, so the receiver knows which connection they came from;
+//! * data travels as tags built by the namespace through the peer's directory (P1), received
+//!   with full masks (D1); "a new transmission has begun" is the exact per-namespace inbox tag;
+//! * Active Messages use the namespace's own AM ids and are dispatched by id;
+//! * a send to a name the peer has not announced waits until the deadline, then fails (P2);
+//! * messages for ids nobody here has registered are probed out, counted and dropped (D2);
+//! * UCX's peer error handling fails the operations on that endpoint only (D3), and every
+//!   library listening for peers hears that it went down.
+//!
+//! Progress is explicit: call [`Node::progress`] (polling) or [`Node::wait`] (blocks on the
+//! worker's event fd) from the thread that owns the node.
+
+use crate::ucp::{
+    Completion, Config, Endpoint, EpKey, Listener, Request, Started, UcxError, Worker,
+};
+use std::cell::Cell;
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Instant;
+use tagspace_core::namespace::am_namespace;
+use tagspace_core::session::{Event, Session, SessionError};
+use tagspace_core::wellknown::CONTROL_ID;
+use tagspace_core::wire::{CloseReason, Role, MAX_FRAME_LEN};
+use tagspace_core::{Name, Namespace, Registry, RegistryError, TagError, TagLayout};
+
+/// Registry capacity (the process-wide registry's).
+pub const CAP: usize = 256;
+/// How often (ms) `progress` drains stray messages.
+pub const DRAIN_INTERVAL_MS: u64 = 10;
+/// The largest stray message the drain will buffer; longer ones are truncated and dropped.
+pub const STRAY_MAX_LEN: usize = 1 << 20;
+
+/// A library's handle inside one node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LibId(pub usize);
+/// An operation started on a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OpId(pub u64);
+
+/// Milliseconds for deadlines: the real monotonic clock, or a manual one that only moves when
+/// told (for deterministic tests of P2 deadlines over a real transport).
+#[derive(Clone, Debug)]
+pub enum Clock {
+    /// `Instant` since the node started.
+    Real(Instant),
+    /// Moved by [`Clock::advance`].
+    Manual(Rc<Cell<u64>>),
+}
+
+impl Clock {
+    /// A manual clock at 0.
+    pub fn manual() -> Clock {
+        Clock::Manual(Rc::new(Cell::new(0)))
+    }
+
+    /// Now, in ms.
+    pub fn now_ms(&self) -> u64 {
+        match self {
+            Clock::Real(t) => t.elapsed().as_millis() as u64,
+            Clock::Manual(c) => c.get(),
+        }
+    }
+
+    /// Moves a manual clock forward (no effect on the real one).
+    pub fn advance(&self, ms: u64) {
+        if let Clock::Manual(c) = self {
+            c.set(c.get() + ms);
+        }
+    }
+}
+
+/// Why a node operation failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeError {
+    /// UCX reported an error (a peer failure says so).
+    Ucx(UcxError),
+    /// No open connection to that peer.
+    NoConnection {
+        /// The peer's process token.
+        peer: u64,
+    },
+    /// The connection to the peer failed or was closed while the operation waited.
+    PeerDown {
+        /// The peer's process token.
+        peer: u64,
+        /// What UCX said, if it was a failure rather than an orderly close.
+        cause: Option<UcxError>,
+    },
+    /// The peer did not register the name before the deadline (P2).
+    PeerLacksNamespace {
+        /// The name.
+        name: Name,
+        /// The peer's process token.
+        peer: u64,
+        /// How long we waited.
+        waited_ms: u64,
+    },
+    /// Building a tag failed.
+    Tag(TagError),
+    /// The registry refused.
+    Registry(RegistryError),
+    /// No such library handle (released, or never registered here).
+    NoSuchLibrary,
+}
+
+impl fmt::Display for NodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeError::Ucx(e) => write!(f, "transport: {e}"),
+            NodeError::NoConnection { peer } => write!(f, "no open connection to peer {peer:#x}"),
+            NodeError::PeerDown { peer, cause } => match cause {
+                Some(e) => write!(f, "connection to peer {peer:#x} failed: {e}"),
+                None => write!(f, "connection to peer {peer:#x} was closed"),
+            },
+            NodeError::PeerLacksNamespace {
+                name,
+                peer,
+                waited_ms,
+            } => write!(
+                f,
+                "peer {peer:#x} has not registered namespace \"{name}\" (waited {waited_ms} ms)"
+            ),
+            NodeError::Tag(e) => e.fmt(f),
+            NodeError::Registry(e) => e.fmt(f),
+            NodeError::NoSuchLibrary => f.write_str("no such library handle"),
+        }
+    }
+}
+
+impl std::error::Error for NodeError {}
+
+impl From<UcxError> for NodeError {
+    fn from(e: UcxError) -> Self {
+        NodeError::Ucx(e)
+    }
+}
+impl From<TagError> for NodeError {
+    fn from(e: TagError) -> Self {
+        NodeError::Tag(e)
+    }
+}
+impl From<RegistryError> for NodeError {
+    fn from(e: RegistryError) -> Self {
+        NodeError::Registry(e)
+    }
+}
+
+/// Per-namespace counters, readable by the application.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Tag messages and AMs sent.
+    pub sent: u64,
+    /// Tag messages and AMs received.
+    pub received: u64,
+    /// Operations that failed.
+    pub failed: u64,
+}
+
+/// A change in the set of peers, told to every library that [`Node::listen`]s.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PeerEvent {
+    /// A connection to this peer is established (its directory is known).
+    Up {
+        /// The peer's token.
+        peer: u64,
+    },
+    /// The connection to this peer is gone.
+    Down {
+        /// The peer's token.
+        peer: u64,
+        /// UCX's error if it failed; `None` for an orderly close.
+        cause: Option<UcxError>,
+    },
+}
+
+/// Node-wide counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeStats {
+    /// Control frames sent (HELLO, ANNOUNCE, WITHDRAW, CLOSE).
+    pub control_sent: u64,
+    /// Control frames received.
+    pub control_received: u64,
+    /// Tag messages and AMs for ids nobody here registered, drained (D2).
+    pub stray: u64,
+    /// AMs UCX delivered by rendezvous (tagspace sends eagerly), dropped.
+    pub am_dropped: u64,
+    /// Endpoints that failed (UCX peer error handling).
+    pub endpoint_failures: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ConnState {
+    Open,
+    /// Lost the simultaneous-connect tie-break; closed.
+    Superseded,
+    /// Closed by either side or failed.
+    Down(Option<UcxError>),
+}
+
+struct Conn {
+    ep: Option<Endpoint>,
+    key: EpKey,
+    session: Box<Session<CAP>>,
+    state: ConnState,
+    told_up: bool,
+}
+
+struct Lib {
+    ns: Namespace<'static, CAP>,
+    counters: Counters,
+    am: HashMap<u16, VecDeque<Vec<u8>>>,
+    peer_events: Option<VecDeque<PeerEvent>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    Data(u64),
+    Inbox,
+    Am(u16),
+}
+
+/// A send waiting for a connection or for the peer to announce the name.
+struct Waiting {
+    lib: LibId,
+    peer: u64,
+    target: Target,
+    data: Vec<u8>,
+    since_ms: u64,
+    deadline_ms: u64,
+}
+
+enum Op {
+    WaitingRoute(Waiting),
+    Sending { lib: LibId, req: Request },
+    Receiving { lib: LibId, req: Request },
+    Done(Result<Option<Vec<u8>>, NodeError>),
+}
+
+/// How a node is set up.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// UCX options (transports, thresholds).
+    pub ucx: Config,
+    /// Where to listen; `None`: no listener (this node only connects out).
+    pub listen: Option<SocketAddr>,
+    /// The process token peers know this node by (unique among the processes that talk).
+    pub token: u64,
+    /// The clock for deadlines.
+    pub clock: Clock,
+}
+
+impl NodeConfig {
+    /// Listens on 127.0.0.1 (any port) over `ucx`, with a token made from the process id,
+    /// the time and this node's address in memory.
+    pub fn loopback(ucx: Config) -> NodeConfig {
+        NodeConfig {
+            ucx,
+            listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+            token: fresh_token(),
+            clock: Clock::Real(Instant::now()),
+        }
+    }
+}
+
+/// A token unlikely to collide with another process's (pid, nanoseconds, a counter).
+pub fn fresh_token() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let mut x = t ^ ((std::process::id() as u64) << 32) ^ N.fetch_add(1, Ordering::Relaxed);
+    // splitmix64 finalizer: spread the bits.
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// tagspace on one UCP worker.
+pub struct Node {
+    registry: &'static Registry<CAP>,
+    token: u64,
+    worker: Worker,
+    listener: Option<Listener>,
+    control_am: u16,
+    conns: Vec<Conn>,
+    libs: Vec<Option<Lib>>,
+    ops: HashMap<OpId, Op>,
+    next_op: u64,
+    stats: NodeStats,
+    stray_by_id: Vec<u64>,
+    protocol_errors: Vec<SessionError>,
+    last_drain_ms: Option<u64>,
+    clock: Clock,
+    /// Control sends, closes and drains UCX has not finished with yet.
+    background: Vec<Request>,
+    buf: Vec<u8>,
+}
+
+impl Node {
+    /// A node on the process-wide registry ([`tagspace_core::global`]), so that every library
+    /// in the process shares it.
+    pub fn new(cfg: NodeConfig) -> Result<Node, NodeError> {
+        Node::with_registry(cfg, tagspace_core::global())
+    }
+
+    /// A node on its own registry (several simulated "processes" in one test process).
+    pub fn with_registry(
+        cfg: NodeConfig,
+        registry: &'static Registry<CAP>,
+    ) -> Result<Node, NodeError> {
+        let worker = Worker::new(&cfg.ucx)?;
+        let layout = registry.layout();
+        let control_am = (CONTROL_ID as u32 * layout.am_ids_per_namespace()) as u16;
+        worker.set_am_handler(control_am)?;
+        let listener = match cfg.listen {
+            Some(a) => Some(worker.listen(a)?),
+            None => None,
+        };
+        let node = Node {
+            registry,
+            token: cfg.token,
+            worker,
+            listener,
+            control_am,
+            conns: Vec::new(),
+            libs: Vec::new(),
+            ops: HashMap::new(),
+            next_op: 0,
+            stats: NodeStats::default(),
+            stray_by_id: vec![0; CAP],
+            protocol_errors: Vec::new(),
+            last_drain_ms: None,
+            clock: cfg.clock,
+            background: Vec::new(),
+            buf: vec![0; MAX_FRAME_LEN],
+        };
+        tracing::info!(token = node.token, addr = ?node.listen_addr().ok(), "tagspace node up");
+        Ok(node)
+    }
+
+    /// This node's token.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// The worker (for code outside tagspace that shares it, e.g. a legacy library's probes).
+    pub fn worker(&self) -> &Worker {
+        &self.worker
+    }
+
+    /// The registry this node's libraries register in.
+    pub fn registry(&self) -> &'static Registry<CAP> {
+        self.registry
+    }
+
+    /// The tag layout.
+    pub fn layout(&self) -> &'static TagLayout {
+        self.registry.layout()
+    }
+
+    /// The clock deadlines are measured on.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// The listener's address (what peers [`connect`](Self::connect) to).
+    pub fn listen_addr(&self) -> Result<SocketAddr, NodeError> {
+        match &self.listener {
+            Some(l) => Ok(l.local_addr()?),
+            None => Err(NodeError::NoConnection { peer: 0 }),
+        }
+    }
+
+    /// Registers a library.
+    pub fn register(&mut self, name: &str) -> Result<LibId, NodeError> {
+        let ns = self.registry.register(name)?;
+        tracing::debug!(name, id = ns.id(), "namespace registered");
+        self.libs.push(Some(Lib {
+            ns,
+            counters: Counters::default(),
+            am: HashMap::new(),
+            peer_events: None,
+        }));
+        Ok(LibId(self.libs.len() - 1))
+    }
+
+    /// Releases a library: its id is withdrawn from every peer at the next `progress`, its AM
+    /// handlers are removed, and its waiting operations fail.
+    pub fn release(&mut self, lib: LibId) {
+        if let Some(l) = self.libs.get_mut(lib.0).and_then(Option::take) {
+            for &local in l.am.keys() {
+                if let Ok(id) = l.ns.am_id(local) {
+                    let _ = self.worker.clear_am_handler(id);
+                }
+            }
+            tracing::debug!(name = %l.ns.name(), id = l.ns.id(), "namespace released");
+        }
+    }
+
+    fn lib(&mut self, lib: LibId) -> Result<&mut Lib, NodeError> {
+        self.libs
+            .get_mut(lib.0)
+            .and_then(Option::as_mut)
+            .ok_or(NodeError::NoSuchLibrary)
+    }
+
+    /// The namespace of a library.
+    pub fn namespace(&self, lib: LibId) -> Option<&Namespace<'static, CAP>> {
+        self.libs.get(lib.0)?.as_ref().map(|l| &l.ns)
+    }
+
+    /// Counters of a library.
+    pub fn counters(&self, lib: LibId) -> Counters {
+        self.libs
+            .get(lib.0)
+            .and_then(Option::as_ref)
+            .map(|l| l.counters)
+            .unwrap_or_default()
+    }
+
+    /// Node-wide counters.
+    pub fn stats(&self) -> NodeStats {
+        self.stats
+    }
+
+    /// Stray messages drained for namespace id `id` (D2).
+    pub fn stray_for(&self, id: u16) -> u64 {
+        self.stray_by_id.get(id as usize).copied().unwrap_or(0)
+    }
+
+    /// Control-plane errors from peers (each closed that peer's connection only).
+    pub fn protocol_errors(&self) -> &[SessionError] {
+        &self.protocol_errors
+    }
+
+    /// `lib` starts hearing of peers coming up and going down (a namespaced listener): every
+    /// peer already up is reported at once.
+    pub fn listen(&mut self, lib: LibId) -> Result<(), NodeError> {
+        let up: Vec<u64> = self.peers();
+        let l = self.lib(lib)?;
+        let q = l.peer_events.get_or_insert_with(VecDeque::new);
+        q.extend(up.into_iter().map(|peer| PeerEvent::Up { peer }));
+        Ok(())
+    }
+
+    /// The next peer event for a listening library.
+    pub fn peer_event(&mut self, lib: LibId) -> Option<PeerEvent> {
+        self.lib(lib).ok()?.peer_events.as_mut()?.pop_front()
+    }
+
+    fn tell_libs(&mut self, ev: PeerEvent) {
+        for l in self.libs.iter_mut().flatten() {
+            if let Some(q) = &mut l.peer_events {
+                q.push_back(ev.clone());
+            }
+        }
+    }
+
+    /// Open, established connections to `peer`.
+    pub fn live_connections_to(&self, peer: u64) -> usize {
+        self.conns
+            .iter()
+            .filter(|c| c.state == ConnState::Open && c.peer() == Some(peer))
+            .count()
+    }
+
+    /// Connections in any state, including closed ones (for tests of P3/P4).
+    pub fn connection_count(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Tokens of peers with an open, established connection.
+    pub fn peers(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|c| c.state == ConnState::Open)
+            .filter_map(Conn::peer)
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// Opens an endpoint to the node listening at `addr`; the handshake runs in `progress`.
+    pub fn connect(&mut self, addr: SocketAddr) -> Result<(), NodeError> {
+        let ep = Endpoint::connect(&self.worker, addr)?;
+        tracing::info!(%addr, "connecting");
+        self.add_conn(ep, Role::Initiator);
+        Ok(())
+    }
+
+    fn add_conn(&mut self, ep: Endpoint, role: Role) {
+        self.conns.push(Conn {
+            key: ep.key(),
+            ep: Some(ep),
+            session: Box::new(Session::new(role, self.token, self.registry.layout())),
+            state: ConnState::Open,
+            told_up: false,
+        });
+    }
+
+    /// Hostile-peer hook for tests: sends raw bytes as a control frame to `peer`.
+    pub fn inject_control(&mut self, peer: u64, bytes: &[u8]) -> Result<(), NodeError> {
+        let i = self.conn_index(peer)?;
+        let ep = self.conns[i]
+            .ep
+            .as_ref()
+            .ok_or(NodeError::NoConnection { peer })?;
+        if let Started::Pending(r) = ep.am_send(self.control_am, bytes.to_vec())? {
+            self.background.push(r);
+        }
+        Ok(())
+    }
+
+    /// The shared endpoint to `peer`, for code outside tagspace (a legacy library) and for
+    /// runtimes that send with their own buffers (see [`route_tag`](Self::route_tag)).
+    pub fn endpoint_to(&self, peer: u64) -> Option<&Endpoint> {
+        self.conn_index(peer)
+            .ok()
+            .and_then(|i| self.conns[i].ep.as_ref())
+    }
+
+    /// The fast path: the endpoint to `peer` and the tag for `payload` in `lib`'s namespace
+    /// there, for a runtime that sends with [`Endpoint::tag_send`] itself. `Ok(None)` while the
+    /// peer has not announced the name.
+    pub fn route_tag(
+        &self,
+        lib: LibId,
+        peer: u64,
+        payload: u64,
+    ) -> Result<Option<(&Endpoint, u64)>, NodeError> {
+        let i = self.conn_index(peer)?;
+        let c = &self.conns[i];
+        let l = self
+            .libs
+            .get(lib.0)
+            .and_then(Option::as_ref)
+            .ok_or(NodeError::NoSuchLibrary)?;
+        let Some(route) = c.session.route(&l.ns) else {
+            return Ok(None);
+        };
+        let ep = c.ep.as_ref().ok_or(NodeError::NoConnection { peer })?;
+        Ok(Some((ep, l.ns.remote_tag(route, payload)?.raw())))
+    }
+
+    fn conn_index(&self, peer: u64) -> Result<usize, NodeError> {
+        self.conns
+            .iter()
+            .position(|c| {
+                c.state == ConnState::Open && c.session.is_established() && c.peer() == Some(peer)
+            })
+            .ok_or(NodeError::NoConnection { peer })
+    }
+
+    fn new_op(&mut self, op: Op) -> OpId {
+        self.next_op += 1;
+        let id = OpId(self.next_op);
+        self.ops.insert(id, op);
+        id
+    }
+
+    /// Sends `data` with `payload` to library `lib`'s namespace on `peer`, waiting up to
+    /// `timeout_ms` for the connection and for the peer to announce the name (P2).
+    pub fn send(
+        &mut self,
+        lib: LibId,
+        peer: u64,
+        payload: u64,
+        data: Vec<u8>,
+        timeout_ms: u64,
+    ) -> OpId {
+        self.start_send(lib, peer, Target::Data(payload), data, timeout_ms)
+    }
+
+    /// Sends to the peer's inbox tag for `lib` ("a new transmission has begun").
+    pub fn send_inbox(&mut self, lib: LibId, peer: u64, data: Vec<u8>, timeout_ms: u64) -> OpId {
+        self.start_send(lib, peer, Target::Inbox, data, timeout_ms)
+    }
+
+    /// Sends an Active Message to `lib`'s local AM id `local` on `peer`.
+    pub fn am_send(
+        &mut self,
+        lib: LibId,
+        peer: u64,
+        local: u16,
+        data: Vec<u8>,
+        timeout_ms: u64,
+    ) -> OpId {
+        self.start_send(lib, peer, Target::Am(local), data, timeout_ms)
+    }
+
+    fn start_send(
+        &mut self,
+        lib: LibId,
+        peer: u64,
+        target: Target,
+        data: Vec<u8>,
+        timeout_ms: u64,
+    ) -> OpId {
+        let now = self.clock.now_ms();
+        let op = Op::WaitingRoute(Waiting {
+            lib,
+            peer,
+            target,
+            data,
+            since_ms: now,
+            deadline_ms: now.saturating_add(timeout_ms),
+        });
+        let id = self.new_op(op);
+        self.advance_op(id);
+        id
+    }
+
+    /// Posts an exact receive for `payload` in `lib`'s namespace (full mask, D1) for a message
+    /// of at most `max_len` bytes (a longer one fails with `UCS_ERR_MESSAGE_TRUNCATED`).
+    pub fn recv(&mut self, lib: LibId, payload: u64, max_len: usize) -> OpId {
+        let op = match self.post_recv(lib, payload, max_len) {
+            Ok(req) => Op::Receiving { lib, req },
+            Err(e) => self.finish(lib, Err(e), false),
+        };
+        self.new_op(op)
+    }
+
+    fn post_recv(
+        &mut self,
+        lib: LibId,
+        payload: u64,
+        max_len: usize,
+    ) -> Result<Request, NodeError> {
+        let m = self.lib(lib)?.ns.matcher_exact(payload)?;
+        Ok(self
+            .worker
+            .tag_recv(m.tag(), m.mask(), Vec::with_capacity(max_len))?)
+    }
+
+    /// Takes the next inbox message for `lib` if one waits (exact probe with remove, then a
+    /// receive of at most `max_len` bytes): `Some(op)` completes with the data.
+    pub fn probe_inbox(&mut self, lib: LibId, max_len: usize) -> Result<Option<OpId>, NodeError> {
+        let m = self.lib(lib)?.ns.inbox_matcher();
+        match self.worker.tag_probe_take(m.tag(), m.mask(), max_len)? {
+            None => Ok(None),
+            Some((_, req)) => Ok(Some(self.new_op(Op::Receiving { lib, req }))),
+        }
+    }
+
+    /// Listens on `lib`'s local AM id `local`.
+    pub fn am_listen(&mut self, lib: LibId, local: u16) -> Result<(), NodeError> {
+        let worker = self.worker.clone();
+        let l = self.lib(lib)?;
+        let id = l.ns.am_id(local)?;
+        worker.set_am_handler(id)?;
+        l.am.entry(local).or_default();
+        Ok(())
+    }
+
+    /// The next Active Message for `lib` on `local`.
+    pub fn am_take(&mut self, lib: LibId, local: u16) -> Option<Vec<u8>> {
+        self.lib(lib).ok()?.am.get_mut(&local)?.pop_front()
+    }
+
+    /// Whether `op` has finished (without taking it).
+    pub fn is_done(&self, op: OpId) -> bool {
+        matches!(self.ops.get(&op), Some(Op::Done(_)))
+    }
+
+    /// The result of an operation once it has finished (`Ok(Some(data))` for receives); taking
+    /// it forgets the operation.
+    pub fn take(&mut self, op: OpId) -> Option<Result<Option<Vec<u8>>, NodeError>> {
+        if !self.is_done(op) {
+            self.advance_op(op);
+        }
+        match self.ops.remove(&op)? {
+            Op::Done(r) => Some(r),
+            other => {
+                self.ops.insert(op, other);
+                None
+            }
+        }
+    }
+
+    /// Operations not yet taken.
+    pub fn pending_ops(&self) -> usize {
+        self.ops.len()
+    }
+
+    fn finish(&mut self, lib: LibId, r: Result<Option<Vec<u8>>, NodeError>, sent: bool) -> Op {
+        if let Some(Some(l)) = self.libs.get_mut(lib.0) {
+            match (&r, sent) {
+                (Err(_), _) => l.counters.failed += 1,
+                (Ok(_), true) => l.counters.sent += 1,
+                (Ok(_), false) => l.counters.received += 1,
+            }
+        }
+        Op::Done(r)
+    }
+
+    fn advance_op(&mut self, id: OpId) {
+        let Some(op) = self.ops.remove(&id) else {
+            return;
+        };
+        let next = match op {
+            Op::WaitingRoute(w) => self.try_waiting(w),
+            Op::Sending { lib, mut req } => match req.test() {
+                None => Op::Sending { lib, req },
+                Some(r) => self.finish(lib, r.map(|_| None).map_err(NodeError::from), true),
+            },
+            Op::Receiving { lib, mut req } => match req.test() {
+                None => Op::Receiving { lib, req },
+                Some(Ok(Completion::Received { data, .. })) => {
+                    self.finish(lib, Ok(Some(data)), false)
+                }
+                Some(Ok(Completion::Sent(_))) => self.finish(lib, Ok(None), false),
+                Some(Err(e)) => self.finish(lib, Err(e.into()), false),
+            },
+            done @ Op::Done(_) => done,
+        };
+        self.ops.insert(id, next);
+    }
+
+    fn try_waiting(&mut self, w: Waiting) -> Op {
+        let (lib, peer) = (w.lib, w.peer);
+        let now = self.clock.now_ms();
+        match self.try_send(lib, peer, w.target, w.data) {
+            Ok(Sent::InFlight(req)) => Op::Sending { lib, req },
+            Ok(Sent::Complete) => self.finish(lib, Ok(None), true),
+            Ok(Sent::NoRoute(data) | Sent::NoConnection(data)) if now < w.deadline_ms => {
+                Op::WaitingRoute(Waiting { data, ..w })
+            }
+            Ok(Sent::NoConnection(_)) => {
+                self.finish(lib, Err(NodeError::NoConnection { peer }), true)
+            }
+            Ok(Sent::NoRoute(_)) => {
+                let e = match self.namespace(lib) {
+                    Some(ns) => NodeError::PeerLacksNamespace {
+                        name: *ns.name(),
+                        peer,
+                        waited_ms: now - w.since_ms,
+                    },
+                    None => NodeError::NoSuchLibrary,
+                };
+                self.finish(lib, Err(e), true)
+            }
+            Err(e) => self.finish(lib, Err(e), true),
+        }
+    }
+
+    fn try_send(
+        &mut self,
+        lib: LibId,
+        peer: u64,
+        target: Target,
+        data: Vec<u8>,
+    ) -> Result<Sent, NodeError> {
+        let i = match self.conn_index(peer) {
+            Ok(i) => i,
+            Err(_) => {
+                // A connection to this peer that failed: fail now (D3). Otherwise it may still
+                // be handshaking: wait, like for a name not yet announced.
+                let failed = self.conns.iter().find_map(|c| match c.state {
+                    ConnState::Down(cause) if c.peer() == Some(peer) => Some(cause),
+                    _ => None,
+                });
+                let open = self.live_connections_to(peer) > 0;
+                return match failed {
+                    Some(cause) if !open => Err(NodeError::PeerDown { peer, cause }),
+                    _ => Ok(Sent::NoConnection(data)),
+                };
+            }
+        };
+        let l = self
+            .libs
+            .get(lib.0)
+            .and_then(Option::as_ref)
+            .ok_or(NodeError::NoSuchLibrary)?;
+        let c = &self.conns[i];
+        let Some(route) = c.session.route(&l.ns) else {
+            return Ok(Sent::NoRoute(data));
+        };
+        let ep = c.ep.as_ref().ok_or(NodeError::NoConnection { peer })?;
+        let started = match target {
+            Target::Data(p) => ep.tag_send(l.ns.remote_tag(route, p)?.raw(), data)?,
+            Target::Inbox => ep.tag_send(l.ns.remote_inbox(route)?.raw(), data)?,
+            Target::Am(local) => ep.am_send(l.ns.remote_am_id(route, local)?, data)?,
+        };
+        Ok(match started {
+            Started::Done(_) => Sent::Complete,
+            Started::Pending(req) => Sent::InFlight(req),
+        })
+    }
+
+    /// Handles everything pending: UCX progress, accepted connections, endpoint errors,
+    /// control frames, Active Messages, outgoing announcements, waiting operations, and the
+    /// periodic stray drain. Returns whether anything happened.
+    pub fn progress(&mut self) -> bool {
+        let mut busy = self.worker.progress_all() > 0;
+        while let Some(accepted) = self.listener.as_ref().and_then(Listener::accept) {
+            busy = true;
+            match accepted {
+                Ok(ep) => {
+                    tracing::info!("accepted a connection");
+                    self.add_conn(ep, Role::Acceptor);
+                }
+                Err(e) => tracing::warn!(error = %e, "accepting a connection failed"),
+            }
+        }
+        while let Some((key, e)) = self.worker.take_ep_error() {
+            busy = true;
+            self.on_ep_error(key, e);
+        }
+        while let Some(am) = self.worker.take_am() {
+            busy = true;
+            self.on_am(am);
+        }
+        busy |= self.flush();
+        let ids: Vec<OpId> = self
+            .ops
+            .iter()
+            .filter(|(_, op)| !matches!(op, Op::Done(_)))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.advance_op(id);
+        }
+        self.background.retain_mut(|r| r.test().is_none());
+        let now = self.clock.now_ms();
+        if self
+            .last_drain_ms
+            .is_none_or(|t| now >= t + DRAIN_INTERVAL_MS)
+        {
+            busy |= self.drain_strays() > 0;
+            self.last_drain_ms = Some(now);
+        }
+        busy
+    }
+
+    /// Blocks on the worker's event fd for up to `timeout_ms`, then progresses.
+    pub fn wait(&mut self, timeout_ms: i32) -> Result<bool, NodeError> {
+        if self.progress() {
+            return Ok(true);
+        }
+        self.worker.wait(timeout_ms)?;
+        Ok(self.progress())
+    }
+
+    fn on_ep_error(&mut self, key: EpKey, e: UcxError) {
+        let Some(i) = self
+            .conns
+            .iter()
+            .position(|c| c.key == key && c.ep.is_some())
+        else {
+            return;
+        };
+        self.stats.endpoint_failures += 1;
+        let peer = self.conns[i].peer();
+        tracing::warn!(peer = ?peer, error = %e, "endpoint failed");
+        let was_open = self.conns[i].state == ConnState::Open;
+        self.conns[i].state = ConnState::Down(Some(e));
+        if let Some(ep) = self.conns[i].ep.take() {
+            if let Some(r) = ep.close(true) {
+                self.background.push(r);
+            }
+        }
+        if let (true, Some(peer)) = (was_open, peer) {
+            if self.conns[i].told_up && self.live_connections_to(peer) == 0 {
+                self.tell_libs(PeerEvent::Down {
+                    peer,
+                    cause: Some(e),
+                });
+            }
+        }
+    }
+
+    fn on_am(&mut self, am: crate::ucp::AmMessage) {
+        if am.rndv_dropped {
+            self.stats.am_dropped += 1;
+            return;
+        }
+        if am.id == self.control_am {
+            self.stats.control_received += 1;
+            match am.reply_ep {
+                Some(key) => self.on_control(key, &am.data),
+                None => tracing::warn!("control frame without a reply endpoint dropped"),
+            }
+            return;
+        }
+        let layout = self.registry.layout();
+        let ns_id = am_namespace(layout, am.id);
+        let local = am.id & (layout.am_ids_per_namespace() - 1) as u16;
+        match self.libs.iter_mut().flatten().find(|l| l.ns.id() == ns_id) {
+            Some(l) if l.am.contains_key(&local) => {
+                l.counters.received += 1;
+                l.am.entry(local).or_default().push_back(am.data);
+            }
+            _ => {
+                self.stats.stray += 1;
+                if let Some(s) = self.stray_by_id.get_mut(ns_id as usize) {
+                    *s += 1;
+                }
+            }
+        }
+    }
+
+    fn on_control(&mut self, key: EpKey, bytes: &[u8]) {
+        let Some(i) = self
+            .conns
+            .iter()
+            .position(|c| c.key == key && c.ep.is_some())
+        else {
+            tracing::warn!("control frame from an unknown endpoint dropped");
+            return;
+        };
+        if self.conns[i].state != ConnState::Open {
+            return;
+        }
+        match self.conns[i].session.handle(bytes) {
+            Ok(Some(Event::Established { peer_token })) => {
+                tracing::info!(peer = peer_token, "connection established");
+                self.settle_duplicates(peer_token);
+                if self.conns[i].state == ConnState::Open {
+                    self.conns[i].told_up = true;
+                    if self.live_connections_to(peer_token) == 1 {
+                        self.tell_libs(PeerEvent::Up { peer: peer_token });
+                    }
+                }
+            }
+            Ok(Some(Event::Closed { reason })) => {
+                let peer = self.conns[i].peer();
+                tracing::info!(?peer, ?reason, "peer closed the connection");
+                self.close_conn(i, ConnState::Down(None));
+            }
+            Ok(_) => {}
+            Err(e) => {
+                // The session queued a CLOSE naming the reason; flush sends it, then we close.
+                tracing::warn!(error = ?e, "protocol error from peer; closing its connection");
+                self.protocol_errors.push(e);
+                self.flush_conn(i);
+                self.close_conn(i, ConnState::Down(None));
+            }
+        }
+    }
+
+    fn close_conn(&mut self, i: usize, state: ConnState) {
+        let peer = self.conns[i].peer();
+        let told = self.conns[i].told_up;
+        self.conns[i].state = state;
+        if let Some(ep) = self.conns[i].ep.take() {
+            if let Some(r) = ep.close(false) {
+                self.background.push(r);
+            }
+        }
+        if let (true, Some(peer), ConnState::Down(cause)) = (told, peer, state) {
+            if self.live_connections_to(peer) == 0 {
+                self.tell_libs(PeerEvent::Down { peer, cause });
+            }
+        }
+    }
+
+    /// P4: of several established connections to one peer, keep the tie-break's survivor. A
+    /// lone connection is kept whoever opened it.
+    fn settle_duplicates(&mut self, peer: u64) {
+        if self.live_connections_to(peer) < 2 {
+            return;
+        }
+        for i in 0..self.conns.len() {
+            let c = &self.conns[i];
+            if c.state == ConnState::Open
+                && c.peer() == Some(peer)
+                && c.session.survives_duplicate() == Some(false)
+            {
+                tracing::info!(peer, "duplicate connection closed (simultaneous connect)");
+                self.conns[i].session.close(CloseReason::Superseded);
+                self.flush_conn(i);
+                self.close_conn(i, ConnState::Superseded);
+            }
+        }
+    }
+
+    fn flush_conn(&mut self, i: usize) -> bool {
+        let mut sent = false;
+        let c = &mut self.conns[i];
+        let Some(ep) = c.ep.as_ref() else {
+            return false;
+        };
+        while let Ok(Some(n)) = c.session.poll_transmit(self.registry, &mut self.buf) {
+            sent = true;
+            self.stats.control_sent += 1;
+            match ep.am_send(self.control_am, self.buf[..n].to_vec()) {
+                Ok(Started::Pending(r)) => self.background.push(r),
+                Ok(Started::Done(_)) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "sending a control frame failed");
+                    break;
+                }
+            }
+        }
+        sent
+    }
+
+    fn flush(&mut self) -> bool {
+        let mut sent = false;
+        for i in 0..self.conns.len() {
+            if self.conns[i].state == ConnState::Open {
+                sent |= self.flush_conn(i);
+            }
+        }
+        sent
+    }
+
+    /// D2: takes out every unexpected message whose namespace id is not registered here (the
+    /// control id and unregistered ids; id 0 belongs to legacy code and is left alone). Returns
+    /// how many it took. Costs one probe per unregistered id, each scanning UCX's unexpected
+    /// queue (UCX hashes only full-mask lookups), so it runs every [`DRAIN_INTERVAL_MS`].
+    pub fn drain_strays(&mut self) -> u64 {
+        let layout = *self.registry.layout();
+        let field = layout.namespace_field();
+        let mut n = 0;
+        for id in 1..self.registry.capacity() as u16 {
+            if self.registry.name_of(id).is_some() {
+                continue;
+            }
+            let tag = (id as u64) << field.shift();
+            while let Ok(Some((_, req))) =
+                self.worker.tag_probe_take(tag, field.mask(), STRAY_MAX_LEN)
+            {
+                n += 1;
+                self.stray_by_id[id as usize] += 1;
+                self.background.push(req);
+            }
+        }
+        self.stats.stray += n;
+        n
+    }
+
+    /// Closes every connection (orderly CLOSE, then a flushing endpoint close) and progresses
+    /// until UCX is done or `timeout_ms` passes.
+    pub fn shutdown(&mut self, timeout_ms: u64) {
+        for i in 0..self.conns.len() {
+            if self.conns[i].state == ConnState::Open {
+                self.conns[i].session.close(CloseReason::Normal);
+                self.flush_conn(i);
+                self.close_conn(i, ConnState::Down(None));
+            }
+        }
+        let start = Instant::now();
+        while !self.background.is_empty() && start.elapsed().as_millis() < timeout_ms as u128 {
+            self.worker.progress();
+            self.background.retain_mut(|r| r.test().is_none());
+        }
+    }
+}
+
+impl Conn {
+    fn peer(&self) -> Option<u64> {
+        self.session.peer().map(|p| p.token)
+    }
+}
+
+/// What an attempt to send did.
+enum Sent {
+    /// The peer has not announced the name (yet); the data comes back.
+    NoRoute(Vec<u8>),
+    /// No established connection to the peer (yet); the data comes back.
+    NoConnection(Vec<u8>),
+    /// Handed to UCX; completes later.
+    InFlight(Request),
+    /// Handed over and already complete.
+    Complete,
+}

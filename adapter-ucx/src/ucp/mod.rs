@@ -1,0 +1,984 @@
+//! Safe wrappers over UCP (`ucx1-sys`): context, worker, listener, endpoints and requests.
+//!
+//! Ownership: each raw UCX handle is owned by exactly one Rust value whose `Drop` releases it
+//! ([`Context`] → `ucp_cleanup`, [`Worker`] → `ucp_worker_destroy`, [`Listener`] →
+//! `ucp_listener_destroy`, [`Endpoint`] → `ucp_ep_close_nbx`, [`Request`] → `ucp_request_free`).
+//! Listeners, endpoints and requests hold a reference-counted handle to their worker, so the
+//! worker (and its context) is destroyed last whatever order the values are dropped in.
+//!
+//! Thread mode: workers are created with `UCS_THREAD_MODE_SINGLE`, the fastest mode, and
+//! every type here holds raw pointers and so is neither `Send` nor `Sync`: one thread owns a
+//! worker and everything made from it. That is how tagspace is meant to be used (one progress
+//! thread per worker, libraries call into it on that thread); a multi-threaded front-end would
+//! need `UCS_THREAD_MODE_MULTI` and is not built.
+//!
+//! Buffers: sends and receives take *owned* `Vec<u8>`s and give them back on completion, so a
+//! request dropped (or leaked) before it completes can never leave UCX writing into freed
+//! memory: an unfinished request is parked with its buffer on the worker until UCX is done.
+//!
+//! Callbacks (listener connection requests, endpoint errors, Active Messages) only copy what
+//! they are given into the worker's event queues; a panic inside one aborts the process rather
+//! than unwind into C.
+
+mod status;
+
+pub use status::{Status, UcxError};
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::ffi::{c_void, CString};
+use std::net::SocketAddr;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr;
+use std::rc::Rc;
+use ucx1_sys as sys;
+
+/// The UCX version this process loaded (at run time: may differ from the headers built against).
+pub fn ucx_version() -> (u32, u32, u32) {
+    let (mut a, mut b, mut c) = (0, 0, 0);
+    // SAFETY: writes three integers.
+    unsafe { sys::ucp_get_version(&mut a, &mut b, &mut c) };
+    (a, b, c)
+}
+
+/// The UCX API version the bindings were generated from (`ucx1-sys`'s headers).
+pub const UCX_API_BUILT: (u32, u32) = (sys::UCP_API_MAJOR, sys::UCP_API_MINOR);
+
+fn check(op: &'static str, s: sys::ucs_status_t) -> Result<(), UcxError> {
+    let s = Status::from_sys(s);
+    if s.is_ok() {
+        Ok(())
+    } else {
+        Err(UcxError { op, status: s })
+    }
+}
+
+/// Runs a callback body; a panic there must not unwind into UCX, so it aborts the process.
+fn guard(what: &str, f: impl FnOnce()) {
+    if catch_unwind(AssertUnwindSafe(f)).is_err() {
+        eprintln!("tagspace-ucx: panic inside the UCX {what} callback; aborting");
+        std::process::abort();
+    }
+}
+
+/// Options for a UCX context, applied with `ucp_config_modify` on top of the environment
+/// (`UCX_*` variables still apply to what is not set here).
+#[derive(Clone, Debug, Default)]
+pub struct Config {
+    /// `UCX_TLS`, e.g. `"tcp"` or `"sm"` (shared memory: posix/sysv/cma); `None`: UCX's choice.
+    pub transports: Option<String>,
+    /// `UCX_RNDV_THRESH` in bytes; `None`: UCX's choice.
+    pub rndv_thresh: Option<usize>,
+    /// Any other `(name, value)` pairs, without the `UCX_` prefix.
+    pub options: Vec<(String, String)>,
+}
+
+impl Config {
+    /// Only TCP (loopback works across processes and containers).
+    pub fn tcp() -> Config {
+        Config {
+            transports: Some("tcp".into()),
+            ..Config::default()
+        }
+    }
+
+    /// Shared memory between processes on this host, TCP for connection establishment.
+    pub fn shm() -> Config {
+        Config {
+            transports: Some("sm,tcp".into()),
+            ..Config::default()
+        }
+    }
+
+    fn pairs(&self) -> Vec<(String, String)> {
+        let mut v = Vec::new();
+        if let Some(t) = &self.transports {
+            v.push(("TLS".to_string(), t.clone()));
+        }
+        if let Some(r) = self.rndv_thresh {
+            v.push(("RNDV_THRESH".to_string(), r.to_string()));
+        }
+        v.extend(self.options.iter().cloned());
+        v
+    }
+}
+
+/// A UCP context (`ucp_context_h`) with the tag, Active Message and wake-up features.
+pub struct Context {
+    raw: sys::ucp_context_h,
+}
+
+impl Context {
+    /// Reads the environment's UCX configuration, applies `cfg`, and initializes UCP.
+    pub fn new(cfg: &Config) -> Result<Rc<Context>, UcxError> {
+        let mut config: *mut sys::ucp_config_t = ptr::null_mut();
+        // SAFETY: out-pointer; NULL prefix/file = environment defaults.
+        check("ucp_config_read", unsafe {
+            sys::ucp_config_read(ptr::null(), ptr::null(), &mut config)
+        })?;
+        let result = (|| {
+            for (k, v) in cfg.pairs() {
+                let (ck, cv) = (cstring(&k)?, cstring(&v)?);
+                // SAFETY: config is live; both strings are NUL-terminated.
+                check("ucp_config_modify", unsafe {
+                    sys::ucp_config_modify(config, ck.as_ptr(), cv.as_ptr())
+                })?;
+            }
+            // SAFETY: zeroed is a valid "no fields" value for this plain C struct.
+            let mut params: sys::ucp_params_t = unsafe { std::mem::zeroed() };
+            params.field_mask = sys::ucp_params_field::UCP_PARAM_FIELD_FEATURES.0 as u64;
+            params.features = (sys::ucp_feature::UCP_FEATURE_TAG
+                | sys::ucp_feature::UCP_FEATURE_AM
+                | sys::ucp_feature::UCP_FEATURE_WAKEUP)
+                .0 as u64;
+            let mut raw: sys::ucp_context_h = ptr::null_mut();
+            // SAFETY: params and config are valid for the call; raw is an out-pointer.
+            check("ucp_init", unsafe {
+                sys::ucp_init_version(
+                    sys::UCP_API_MAJOR,
+                    sys::UCP_API_MINOR,
+                    &params,
+                    config,
+                    &mut raw,
+                )
+            })?;
+            Ok(Rc::new(Context { raw }))
+        })();
+        // SAFETY: config came from ucp_config_read and is released once.
+        unsafe { sys::ucp_config_release(config) };
+        result
+    }
+}
+
+fn cstring(s: &str) -> Result<CString, UcxError> {
+    CString::new(s).map_err(|_| UcxError {
+        op: "config (value contains NUL)",
+        status: Status::INVALID_PARAM,
+    })
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: the last owner; every worker holds an Rc and so is already gone.
+        unsafe { sys::ucp_cleanup(self.raw) }
+    }
+}
+
+/// An identity for an endpoint, comparable with the `reply_ep` of an Active Message and the
+/// endpoint named in an error (the raw pointer's address; never dereferenced).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EpKey(usize);
+
+/// An Active Message as delivered to the worker.
+#[derive(Debug)]
+pub struct AmMessage {
+    /// The UCX AM id.
+    pub id: u16,
+    /// The payload (a copy).
+    pub data: Vec<u8>,
+    /// The endpoint it came from, if the sender asked for replies (tagspace always does).
+    pub reply_ep: Option<EpKey>,
+    /// The sender used rendezvous; tagspace sends AMs eagerly, so the data was dropped.
+    pub rndv_dropped: bool,
+}
+
+#[derive(Default)]
+struct Events {
+    ep_errors: VecDeque<(EpKey, Status)>,
+    am: VecDeque<AmMessage>,
+}
+
+/// The argument of one AM id's handler: UCX does not pass the id to the callback.
+struct AmArg {
+    events: *const RefCell<Events>,
+    id: u16,
+}
+
+struct Orphan {
+    raw: *mut c_void,
+    _buf: Option<Vec<u8>>,
+}
+
+struct WorkerInner {
+    raw: sys::ucp_worker_h,
+    /// Boxed so that its address, handed to UCX as callback argument, never moves.
+    events: Box<RefCell<Events>>,
+    orphans: RefCell<Vec<Orphan>>,
+    /// Handler arguments by AM id (boxed: UCX keeps their addresses).
+    am_args: RefCell<std::collections::HashMap<u16, Box<AmArg>>>,
+    _ctx: Rc<Context>,
+}
+
+impl Drop for WorkerInner {
+    fn drop(&mut self) {
+        // SAFETY: every listener, endpoint and request holds an Rc to this, so none is left;
+        // orphaned requests are freed by the worker's destruction along with their memory pool.
+        unsafe { sys::ucp_worker_destroy(self.raw) };
+        // The orphans' buffers are dropped only now, after UCX can no longer touch them.
+    }
+}
+
+/// A UCP worker (`ucp_worker_h`): a progress engine with its own matching queues.
+/// Cloning gives another handle to the same worker.
+#[derive(Clone)]
+pub struct Worker {
+    inner: Rc<WorkerInner>,
+}
+
+/// What a non-blocking operation did when it was started.
+pub enum Started<T> {
+    /// Finished at once; here is the result.
+    Done(T),
+    /// In flight.
+    Pending(Request),
+}
+
+impl Worker {
+    /// A worker on its own context.
+    pub fn new(cfg: &Config) -> Result<Worker, UcxError> {
+        Worker::on(Context::new(cfg)?)
+    }
+
+    /// A worker on `ctx`.
+    pub fn on(ctx: Rc<Context>) -> Result<Worker, UcxError> {
+        // SAFETY: zeroed is a valid "no fields" value for this plain C struct.
+        let mut params: sys::ucp_worker_params_t = unsafe { std::mem::zeroed() };
+        params.field_mask =
+            sys::ucp_worker_params_field::UCP_WORKER_PARAM_FIELD_THREAD_MODE.0 as u64;
+        params.thread_mode = sys::ucs_thread_mode_t::UCS_THREAD_MODE_SINGLE;
+        let mut raw: sys::ucp_worker_h = ptr::null_mut();
+        // SAFETY: ctx is live (we keep an Rc); raw is an out-pointer.
+        check("ucp_worker_create", unsafe {
+            sys::ucp_worker_create(ctx.raw, &params, &mut raw)
+        })?;
+        Ok(Worker {
+            inner: Rc::new(WorkerInner {
+                raw,
+                events: Box::new(RefCell::new(Events::default())),
+                orphans: RefCell::new(Vec::new()),
+                am_args: RefCell::new(std::collections::HashMap::new()),
+                _ctx: ctx,
+            }),
+        })
+    }
+
+    fn raw(&self) -> sys::ucp_worker_h {
+        self.inner.raw
+    }
+
+    fn events_arg(&self) -> *mut c_void {
+        let p: *const RefCell<Events> = &*self.inner.events;
+        p as *mut c_void
+    }
+
+    /// One `ucp_worker_progress` call; non-zero if anything happened.
+    pub fn progress(&self) -> u32 {
+        // SAFETY: the worker is live; callbacks only touch `events` through RefCell, and no
+        // borrow of it is held across this call.
+        let n = unsafe { sys::ucp_worker_progress(self.raw()) };
+        if n == 0 && !self.inner.orphans.borrow().is_empty() {
+            self.reap_orphans();
+        }
+        n
+    }
+
+    fn reap_orphans(&self) {
+        self.inner.orphans.borrow_mut().retain(|o| {
+            // SAFETY: o.raw is a request not yet freed.
+            let s = Status::from_sys(unsafe { sys::ucp_request_check_status(o.raw) });
+            if s == Status::INPROGRESS {
+                true
+            } else {
+                // SAFETY: complete: free once; the buffer drops with the Orphan.
+                unsafe { sys::ucp_request_free(o.raw) };
+                false
+            }
+        });
+    }
+
+    /// Progresses until a call makes no progress.
+    pub fn progress_all(&self) -> u32 {
+        let mut total = 0;
+        loop {
+            let n = self.progress();
+            if n == 0 {
+                return total;
+            }
+            total += n;
+        }
+    }
+
+    /// The worker's event file descriptor, for `poll`/`epoll` (blocking progress).
+    pub fn event_fd(&self) -> Result<i32, UcxError> {
+        let mut fd = -1;
+        // SAFETY: out-pointer.
+        check("ucp_worker_get_efd", unsafe {
+            sys::ucp_worker_get_efd(self.raw(), &mut fd)
+        })?;
+        Ok(fd)
+    }
+
+    /// Blocks until the worker has something to do or `timeout_ms` passes. Returns without
+    /// sleeping when events are already pending (UCX says `BUSY` on arm). The caller then
+    /// calls [`progress`](Self::progress).
+    pub fn wait(&self, timeout_ms: i32) -> Result<(), UcxError> {
+        let fd = self.event_fd()?;
+        // SAFETY: the worker is live.
+        let s = Status::from_sys(unsafe { sys::ucp_worker_arm(self.raw()) });
+        if s == Status::BUSY {
+            return Ok(());
+        }
+        if !s.is_ok() {
+            return Err(UcxError {
+                op: "ucp_worker_arm",
+                status: s,
+            });
+        }
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+        Ok(())
+    }
+
+    /// This worker's address, for [`Endpoint::connect_address`].
+    pub fn address(&self) -> Result<Vec<u8>, UcxError> {
+        let mut addr: *mut sys::ucp_address_t = ptr::null_mut();
+        let mut len: sys::size_t = 0;
+        // SAFETY: out-pointers; released below.
+        check("ucp_worker_get_address", unsafe {
+            sys::ucp_worker_get_address(self.raw(), &mut addr, &mut len)
+        })?;
+        // SAFETY: UCX gave `len` readable bytes at `addr`.
+        let v = unsafe { std::slice::from_raw_parts(addr as *const u8, len as usize) }.to_vec();
+        // SAFETY: releases what get_address allocated, once.
+        unsafe { sys::ucp_worker_release_address(self.raw(), addr) };
+        Ok(v)
+    }
+
+    /// Routes Active Messages with UCX id `id` to [`take_am`](Self::take_am).
+    pub fn set_am_handler(&self, id: u16) -> Result<(), UcxError> {
+        self.am_handler(id, Some(am_callback))
+    }
+
+    /// Stops handling `id` (UCX then drops such messages, logging a warning).
+    pub fn clear_am_handler(&self, id: u16) -> Result<(), UcxError> {
+        self.am_handler(id, None)
+    }
+
+    fn am_handler(&self, id: u16, cb: sys::ucp_am_recv_callback_t) -> Result<(), UcxError> {
+        // SAFETY: zeroed is a valid "no fields" value for this plain C struct.
+        let mut p: sys::ucp_am_handler_param_t = unsafe { std::mem::zeroed() };
+        p.field_mask = (sys::ucp_am_handler_param_field::UCP_AM_HANDLER_PARAM_FIELD_ID
+            | sys::ucp_am_handler_param_field::UCP_AM_HANDLER_PARAM_FIELD_CB
+            | sys::ucp_am_handler_param_field::UCP_AM_HANDLER_PARAM_FIELD_ARG
+            | sys::ucp_am_handler_param_field::UCP_AM_HANDLER_PARAM_FIELD_FLAGS)
+            .0 as u64;
+        p.id = id as u32;
+        p.flags = sys::ucp_am_cb_flags::UCP_AM_FLAG_WHOLE_MSG.0;
+        p.cb = cb;
+        let events: *const RefCell<Events> = &*self.inner.events;
+        let mut args = self.inner.am_args.borrow_mut();
+        let arg = args
+            .entry(id)
+            .or_insert_with(|| Box::new(AmArg { events, id }));
+        let ap: *const AmArg = &**arg;
+        p.arg = ap as *mut c_void;
+        // SAFETY: the arg box lives as long as the worker (never removed from `am_args`).
+        check("ucp_worker_set_am_recv_handler", unsafe {
+            sys::ucp_worker_set_am_recv_handler(self.raw(), &p)
+        })
+    }
+
+    /// The next Active Message received on a handled id.
+    pub fn take_am(&self) -> Option<AmMessage> {
+        self.inner.events.borrow_mut().am.pop_front()
+    }
+
+    /// The next endpoint error reported by UCX's peer error handling.
+    pub fn take_ep_error(&self) -> Option<(EpKey, UcxError)> {
+        self.inner
+            .events
+            .borrow_mut()
+            .ep_errors
+            .pop_front()
+            .map(|(k, s)| {
+                (
+                    k,
+                    UcxError {
+                        op: "endpoint",
+                        status: s,
+                    },
+                )
+            })
+    }
+
+    /// Posts a tag receive into `buf`'s spare capacity (`buf` is cleared first): it matches a
+    /// message whose tag `t` has `t & mask == tag & mask`.
+    pub fn tag_recv(&self, tag: u64, mask: u64, mut buf: Vec<u8>) -> Result<Request, UcxError> {
+        buf.clear();
+        let param = request_param(sys::ucp_op_attr_t::UCP_OP_ATTR_FLAG_NO_IMM_CMPL as u32);
+        // SAFETY: the buffer's capacity is writable and is kept alive by the Request (or an
+        // orphan) until UCX completes the receive.
+        let p = unsafe {
+            sys::ucp_tag_recv_nbx(
+                self.raw(),
+                buf.as_mut_ptr() as *mut c_void,
+                buf.capacity() as sys::size_t,
+                tag,
+                mask,
+                &param,
+            )
+        };
+        match started(p, "ucp_tag_recv_nbx")? {
+            None => Err(UcxError {
+                op: "ucp_tag_recv_nbx (completed without a request)",
+                status: Status::NO_MESSAGE,
+            }),
+            Some(raw) => Ok(Request::new(self, raw, Kind::Recv, Some(buf))),
+        }
+    }
+
+    /// Looks at the oldest unexpected message matching `(tag, mask)` without taking it.
+    pub fn tag_probe(&self, tag: u64, mask: u64) -> Option<TagInfo> {
+        // SAFETY: zeroed is a valid value for this plain C struct.
+        let mut info: sys::ucp_tag_recv_info_t = unsafe { std::mem::zeroed() };
+        // SAFETY: remove = 0 leaves the message queued; info is an out-pointer.
+        let msg = unsafe { sys::ucp_tag_probe_nb(self.raw(), tag, mask, 0, &mut info) };
+        (!msg.is_null()).then(|| TagInfo::from(&info))
+    }
+
+    /// Takes the oldest unexpected message matching `(tag, mask)` and starts receiving it. A
+    /// message longer than `max_len` is received into a `max_len` buffer and completes with
+    /// `UCS_ERR_MESSAGE_TRUNCATED`: a peer's length never sizes an allocation beyond the limit.
+    pub fn tag_probe_take(
+        &self,
+        tag: u64,
+        mask: u64,
+        max_len: usize,
+    ) -> Result<Option<(TagInfo, Request)>, UcxError> {
+        // SAFETY: zeroed is a valid value for this plain C struct.
+        let mut info: sys::ucp_tag_recv_info_t = unsafe { std::mem::zeroed() };
+        // SAFETY: remove = 1: the message is ours and must be received with msg_recv below.
+        let msg = unsafe { sys::ucp_tag_probe_nb(self.raw(), tag, mask, 1, &mut info) };
+        if msg.is_null() {
+            return Ok(None);
+        }
+        let info = TagInfo::from(&info);
+        let mut buf = Vec::with_capacity(info.len.min(max_len));
+        let param = request_param(sys::ucp_op_attr_t::UCP_OP_ATTR_FLAG_NO_IMM_CMPL as u32);
+        // SAFETY: msg came from probe with remove; the buffer lives in the Request.
+        let p = unsafe {
+            sys::ucp_tag_msg_recv_nbx(
+                self.raw(),
+                buf.as_mut_ptr() as *mut c_void,
+                buf.capacity() as sys::size_t,
+                msg,
+                &param,
+            )
+        };
+        match started(p, "ucp_tag_msg_recv_nbx")? {
+            None => Err(UcxError {
+                op: "ucp_tag_msg_recv_nbx (completed without a request)",
+                status: Status::NO_MESSAGE,
+            }),
+            Some(raw) => Ok(Some((info, Request::new(self, raw, Kind::Recv, Some(buf))))),
+        }
+    }
+
+    /// A listener on `addr` (port 0: any free port; see [`Listener::local_addr`]).
+    pub fn listen(&self, addr: SocketAddr) -> Result<Listener, UcxError> {
+        let sa = SockAddr::from(addr);
+        let queue: Box<RefCell<VecDeque<usize>>> = Box::default();
+        // SAFETY: zeroed is a valid "no fields" value for this plain C struct.
+        let mut p: sys::ucp_listener_params_t = unsafe { std::mem::zeroed() };
+        p.field_mask = (sys::ucp_listener_params_field::UCP_LISTENER_PARAM_FIELD_SOCK_ADDR
+            | sys::ucp_listener_params_field::UCP_LISTENER_PARAM_FIELD_CONN_HANDLER)
+            .0 as u64;
+        p.sockaddr = sa.as_ucs();
+        p.conn_handler.cb = Some(conn_callback);
+        let qp: *const RefCell<VecDeque<usize>> = &*queue;
+        p.conn_handler.arg = qp as *mut c_void;
+        let mut raw: sys::ucp_listener_h = ptr::null_mut();
+        // SAFETY: the sockaddr outlives the call; the queue box outlives the listener.
+        check("ucp_listener_create", unsafe {
+            sys::ucp_listener_create(self.raw(), &p, &mut raw)
+        })?;
+        Ok(Listener {
+            raw,
+            queue,
+            worker: self.clone(),
+        })
+    }
+}
+
+/// Tag, length and sender of a message (from a probe or a completed receive).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TagInfo {
+    /// The sender's tag.
+    pub tag: u64,
+    /// The message length in bytes.
+    pub len: usize,
+}
+
+impl From<&sys::ucp_tag_recv_info_t> for TagInfo {
+    fn from(i: &sys::ucp_tag_recv_info_t) -> Self {
+        TagInfo {
+            tag: i.sender_tag,
+            len: i.length as usize,
+        }
+    }
+}
+
+fn request_param(op_attr_mask: u32) -> sys::ucp_request_param_t {
+    // SAFETY: zeroed is a valid "no fields" value for this plain C struct.
+    let mut p: sys::ucp_request_param_t = unsafe { std::mem::zeroed() };
+    p.op_attr_mask = op_attr_mask;
+    p
+}
+
+/// Splits a `ucs_status_ptr_t`: `Ok(None)` = done, `Ok(Some(req))` = in flight.
+fn started(p: sys::ucs_status_ptr_t, op: &'static str) -> Result<Option<*mut c_void>, UcxError> {
+    let v = p as usize;
+    if v == 0 {
+        Ok(None)
+    } else if v >= (-100isize) as usize {
+        // An error code in the pointer (UCS_PTR_IS_ERR); read it without building an enum.
+        Err(UcxError {
+            op,
+            status: Status::from_code(v as isize as i8),
+        })
+    } else {
+        Ok(Some(p))
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Send,
+    Recv,
+    Close,
+}
+
+/// An operation in flight. Poll it with [`test`](Self::test) after progressing the worker.
+/// Dropping it unfinished cancels a receive and parks the request (and its buffer) on the
+/// worker until UCX has finished with them.
+pub struct Request {
+    raw: *mut c_void,
+    kind: Kind,
+    buf: Option<Vec<u8>>,
+    worker: Worker,
+}
+
+/// How a request ended.
+#[derive(Debug)]
+pub enum Completion {
+    /// A send or close finished; the send's buffer comes back for reuse.
+    Sent(Option<Vec<u8>>),
+    /// A receive finished: the sender's tag and the data.
+    Received {
+        /// The sender's tag.
+        tag: u64,
+        /// The data (the buffer passed in, its length set).
+        data: Vec<u8>,
+    },
+}
+
+impl Request {
+    fn new(w: &Worker, raw: *mut c_void, kind: Kind, buf: Option<Vec<u8>>) -> Request {
+        Request {
+            raw,
+            kind,
+            buf,
+            worker: w.clone(),
+        }
+    }
+
+    /// `None` while in flight; then the result (the request is spent after that).
+    pub fn test(&mut self) -> Option<Result<Completion, UcxError>> {
+        if self.raw.is_null() {
+            return Some(Err(UcxError {
+                op: "request (already completed)",
+                status: Status::NO_ELEM,
+            }));
+        }
+        let (status, info) = if self.kind == Kind::Recv {
+            // SAFETY: zeroed is a valid value for this plain C struct.
+            let mut info: sys::ucp_tag_recv_info_t = unsafe { std::mem::zeroed() };
+            // SAFETY: raw is a live tag-receive request.
+            let s = unsafe { sys::ucp_tag_recv_request_test(self.raw, &mut info) };
+            (Status::from_sys(s), Some(TagInfo::from(&info)))
+        } else {
+            // SAFETY: raw is a live request.
+            (
+                Status::from_sys(unsafe { sys::ucp_request_check_status(self.raw) }),
+                None,
+            )
+        };
+        if status == Status::INPROGRESS {
+            return None;
+        }
+        // SAFETY: complete: freed once, and raw is cleared so Drop does not free it again.
+        unsafe { sys::ucp_request_free(self.raw) };
+        self.raw = ptr::null_mut();
+        let op = match self.kind {
+            Kind::Send => "send",
+            Kind::Recv => "receive",
+            Kind::Close => "endpoint close",
+        };
+        if !status.is_ok() {
+            return Some(Err(UcxError { op, status }));
+        }
+        Some(Ok(match (self.kind, info) {
+            (Kind::Recv, Some(info)) => {
+                let mut data = self.buf.take().unwrap_or_default();
+                let n = info.len.min(data.capacity());
+                // SAFETY: UCX wrote `info.len` bytes (never more than the capacity it was
+                // given) into the spare capacity.
+                unsafe { data.set_len(n) };
+                Completion::Received {
+                    tag: info.tag,
+                    data,
+                }
+            }
+            _ => Completion::Sent(self.buf.take()),
+        }))
+    }
+
+    /// Asks UCX to cancel (receives only; the request then completes with `CANCELED`).
+    pub fn cancel(&self) {
+        if !self.raw.is_null() {
+            // SAFETY: both live.
+            unsafe { sys::ucp_request_cancel(self.worker.raw(), self.raw) };
+        }
+    }
+
+    /// Progresses the worker until this request completes.
+    pub fn wait(mut self) -> Result<Completion, UcxError> {
+        loop {
+            if let Some(r) = self.test() {
+                return r;
+            }
+            self.worker.progress();
+        }
+    }
+}
+
+impl Drop for Request {
+    fn drop(&mut self) {
+        if self.raw.is_null() {
+            return;
+        }
+        if self.kind == Kind::Recv {
+            self.cancel();
+        }
+        self.worker.inner.orphans.borrow_mut().push(Orphan {
+            raw: self.raw,
+            _buf: self.buf.take(),
+        });
+    }
+}
+
+/// A listener (`ucp_listener_h`) accepting connection requests on a socket address.
+pub struct Listener {
+    raw: sys::ucp_listener_h,
+    queue: Box<RefCell<VecDeque<usize>>>,
+    worker: Worker,
+}
+
+impl Listener {
+    /// The address actually bound (the port chosen when 0 was asked).
+    pub fn local_addr(&self) -> Result<SocketAddr, UcxError> {
+        // SAFETY: zeroed is a valid "no fields" value for this plain C struct.
+        let mut attr: sys::ucp_listener_attr_t = unsafe { std::mem::zeroed() };
+        attr.field_mask = sys::ucp_listener_attr_field::UCP_LISTENER_ATTR_FIELD_SOCKADDR.0 as u64;
+        // SAFETY: out-struct.
+        check("ucp_listener_query", unsafe {
+            sys::ucp_listener_query(self.raw, &mut attr)
+        })?;
+        // SAFETY: sockaddr_storage from UCX; the bindgen and libc layouts are the same C type.
+        let ss: &libc::sockaddr_storage =
+            unsafe { &*(&attr.sockaddr as *const _ as *const libc::sockaddr_storage) };
+        SockAddr::to_std(ss).ok_or(UcxError {
+            op: "ucp_listener_query (unknown address family)",
+            status: Status::INVALID_ADDR,
+        })
+    }
+
+    /// Accepts the next pending connection request, if any, as an endpoint with peer error
+    /// handling.
+    pub fn accept(&self) -> Option<Result<Endpoint, UcxError>> {
+        let req = self.queue.borrow_mut().pop_front()?;
+        // SAFETY: zeroed is a valid "no fields" value for this plain C struct.
+        let mut p: sys::ucp_ep_params_t = unsafe { std::mem::zeroed() };
+        p.field_mask = sys::ucp_ep_params_field::UCP_EP_PARAM_FIELD_CONN_REQUEST.0 as u64;
+        p.conn_request = req as sys::ucp_conn_request_h;
+        Some(Endpoint::create(&self.worker, p, "ucp_ep_create (accept)"))
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let pending: Vec<usize> = self.queue.borrow_mut().drain(..).collect();
+        for req in pending {
+            // SAFETY: a request we were given and neither accepted nor rejected.
+            unsafe { sys::ucp_listener_reject(self.raw, req as sys::ucp_conn_request_h) };
+        }
+        // SAFETY: created by ucp_listener_create, destroyed once.
+        unsafe { sys::ucp_listener_destroy(self.raw) };
+    }
+}
+
+/// An endpoint (`ucp_ep_h`) to a peer worker, with UCX's peer error handling: a failed peer is
+/// reported through [`Worker::take_ep_error`] and fails the endpoint's operations.
+pub struct Endpoint {
+    raw: sys::ucp_ep_h,
+    closed: Cell<bool>,
+    worker: Worker,
+}
+
+impl Endpoint {
+    fn create(
+        w: &Worker,
+        mut p: sys::ucp_ep_params_t,
+        op: &'static str,
+    ) -> Result<Endpoint, UcxError> {
+        p.field_mask |= (sys::ucp_ep_params_field::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE
+            | sys::ucp_ep_params_field::UCP_EP_PARAM_FIELD_ERR_HANDLER)
+            .0 as u64;
+        p.err_mode = sys::ucp_err_handling_mode_t::UCP_ERR_HANDLING_MODE_PEER;
+        p.err_handler.cb = Some(err_callback);
+        p.err_handler.arg = w.events_arg();
+        let mut raw: sys::ucp_ep_h = ptr::null_mut();
+        // SAFETY: params (and what they point to) are valid for the call.
+        check(op, unsafe { sys::ucp_ep_create(w.raw(), &p, &mut raw) })?;
+        Ok(Endpoint {
+            raw,
+            closed: Cell::new(false),
+            worker: w.clone(),
+        })
+    }
+
+    /// Connects to a listener at `addr` (client-server mode).
+    pub fn connect(w: &Worker, addr: SocketAddr) -> Result<Endpoint, UcxError> {
+        let sa = SockAddr::from(addr);
+        // SAFETY: zeroed is a valid "no fields" value for this plain C struct.
+        let mut p: sys::ucp_ep_params_t = unsafe { std::mem::zeroed() };
+        p.field_mask = (sys::ucp_ep_params_field::UCP_EP_PARAM_FIELD_FLAGS
+            | sys::ucp_ep_params_field::UCP_EP_PARAM_FIELD_SOCK_ADDR)
+            .0 as u64;
+        p.flags = sys::ucp_ep_params_flags_field::UCP_EP_PARAMS_FLAGS_CLIENT_SERVER.0;
+        p.sockaddr = sa.as_ucs();
+        Endpoint::create(w, p, "ucp_ep_create (sockaddr)")
+    }
+
+    /// Connects to a worker by its address (from [`Worker::address`]).
+    ///
+    /// # Safety
+    /// `address` must be a UCX worker address: UCX parses it without validation, so bytes
+    /// from an untrusted peer can make it read out of bounds.
+    pub unsafe fn connect_address(w: &Worker, address: &[u8]) -> Result<Endpoint, UcxError> {
+        // SAFETY: zeroed is a valid "no fields" value for this plain C struct.
+        let mut p: sys::ucp_ep_params_t = unsafe { std::mem::zeroed() };
+        p.field_mask = sys::ucp_ep_params_field::UCP_EP_PARAM_FIELD_REMOTE_ADDRESS.0 as u64;
+        p.address = address.as_ptr() as *const sys::ucp_address_t;
+        Endpoint::create(w, p, "ucp_ep_create (worker address)")
+    }
+
+    /// This endpoint's identity (see [`EpKey`]).
+    pub fn key(&self) -> EpKey {
+        EpKey(self.raw as usize)
+    }
+
+    /// Sends `data` with `tag`; the buffer comes back in the completion.
+    pub fn tag_send(&self, tag: u64, data: Vec<u8>) -> Result<Started<Vec<u8>>, UcxError> {
+        let param = request_param(0);
+        // SAFETY: the buffer lives in the Request (or an orphan) until UCX completes.
+        let p = unsafe {
+            sys::ucp_tag_send_nbx(
+                self.raw,
+                data.as_ptr() as *const c_void,
+                data.len() as sys::size_t,
+                tag,
+                &param,
+            )
+        };
+        Ok(match started(p, "ucp_tag_send_nbx")? {
+            None => Started::Done(data),
+            Some(raw) => Started::Pending(Request::new(&self.worker, raw, Kind::Send, Some(data))),
+        })
+    }
+
+    /// Sends an Active Message `id` (eagerly, so that the receiver gets it whole in its
+    /// callback, and with a reply endpoint, so that it knows which endpoint it came from).
+    pub fn am_send(&self, id: u16, data: Vec<u8>) -> Result<Started<Vec<u8>>, UcxError> {
+        let mut param = request_param(sys::ucp_op_attr_t::UCP_OP_ATTR_FIELD_FLAGS as u32);
+        param.flags = (sys::ucp_send_am_flags::UCP_AM_SEND_FLAG_EAGER
+            | sys::ucp_send_am_flags::UCP_AM_SEND_FLAG_REPLY)
+            .0;
+        // SAFETY: no header; the buffer lives in the Request until UCX completes.
+        let p = unsafe {
+            sys::ucp_am_send_nbx(
+                self.raw,
+                id as u32,
+                ptr::null(),
+                0,
+                data.as_ptr() as *const c_void,
+                data.len() as sys::size_t,
+                &param,
+            )
+        };
+        Ok(match started(p, "ucp_am_send_nbx")? {
+            None => Started::Done(data),
+            Some(raw) => Started::Pending(Request::new(&self.worker, raw, Kind::Send, Some(data))),
+        })
+    }
+
+    /// Closes the endpoint: flushing first (orderly), or at once (`force`). The returned
+    /// request, if any, completes when UCX is done.
+    pub fn close(self, force: bool) -> Option<Request> {
+        self.closed.set(true);
+        close_ep(&self.worker, self.raw, force)
+    }
+}
+
+fn close_ep(w: &Worker, raw: sys::ucp_ep_h, force: bool) -> Option<Request> {
+    let mut param = request_param(sys::ucp_op_attr_t::UCP_OP_ATTR_FIELD_FLAGS as u32);
+    if force {
+        param.flags = sys::ucp_ep_close_flags_t::UCP_EP_CLOSE_FLAG_FORCE.0;
+    }
+    // SAFETY: raw is a live endpoint, closed once (the caller marks it closed).
+    let p = unsafe { sys::ucp_ep_close_nbx(raw, &param) };
+    match started(p, "ucp_ep_close_nbx") {
+        Ok(Some(req)) => Some(Request::new(w, req, Kind::Close, None)),
+        _ => None,
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        if !self.closed.get() {
+            // An unfinished close request parks on the worker (Request's Drop).
+            drop(close_ep(&self.worker, self.raw, true));
+        }
+    }
+}
+
+/// A socket address in C layout, valid as long as this value.
+struct SockAddr {
+    storage: libc::sockaddr_storage,
+    len: libc::socklen_t,
+}
+
+impl SockAddr {
+    fn as_ucs(&self) -> sys::ucs_sock_addr_t {
+        sys::ucs_sock_addr_t {
+            addr: &self.storage as *const _ as *const sys::sockaddr,
+            addrlen: self.len as sys::socklen_t,
+        }
+    }
+
+    fn to_std(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
+        match ss.ss_family as i32 {
+            libc::AF_INET => {
+                // SAFETY: the family says this is a sockaddr_in.
+                let a: &libc::sockaddr_in =
+                    unsafe { &*(ss as *const _ as *const libc::sockaddr_in) };
+                let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+                Some(SocketAddr::from((ip, u16::from_be(a.sin_port))))
+            }
+            libc::AF_INET6 => {
+                // SAFETY: the family says this is a sockaddr_in6.
+                let a: &libc::sockaddr_in6 =
+                    unsafe { &*(ss as *const _ as *const libc::sockaddr_in6) };
+                let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
+                Some(SocketAddr::from((ip, u16::from_be(a.sin6_port))))
+            }
+            _ => None,
+        }
+    }
+}
+
+impl From<SocketAddr> for SockAddr {
+    fn from(a: SocketAddr) -> Self {
+        // SAFETY: all-zero is a valid sockaddr_storage.
+        let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let len = match a {
+            SocketAddr::V4(v4) => {
+                // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in.
+                let s: &mut libc::sockaddr_in =
+                    unsafe { &mut *(&mut storage as *mut _ as *mut libc::sockaddr_in) };
+                s.sin_family = libc::AF_INET as libc::sa_family_t;
+                s.sin_port = v4.port().to_be();
+                s.sin_addr.s_addr = u32::from(*v4.ip()).to_be();
+                std::mem::size_of::<libc::sockaddr_in>()
+            }
+            SocketAddr::V6(v6) => {
+                // SAFETY: as above, for sockaddr_in6.
+                let s: &mut libc::sockaddr_in6 =
+                    unsafe { &mut *(&mut storage as *mut _ as *mut libc::sockaddr_in6) };
+                s.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+                s.sin6_port = v6.port().to_be();
+                s.sin6_addr.s6_addr = v6.ip().octets();
+                std::mem::size_of::<libc::sockaddr_in6>()
+            }
+        };
+        SockAddr {
+            storage,
+            len: len as libc::socklen_t,
+        }
+    }
+}
+
+unsafe extern "C" fn conn_callback(req: sys::ucp_conn_request_h, arg: *mut c_void) {
+    guard("listener", || {
+        // SAFETY: arg is the listener's queue box, alive while the listener is.
+        let q = unsafe { &*(arg as *const RefCell<VecDeque<usize>>) };
+        q.borrow_mut().push_back(req as usize);
+    });
+}
+
+unsafe extern "C" fn err_callback(arg: *mut c_void, ep: sys::ucp_ep_h, status: sys::ucs_status_t) {
+    guard("endpoint error", || {
+        // SAFETY: arg is the worker's events box, alive while the worker is.
+        let ev = unsafe { &*(arg as *const RefCell<Events>) };
+        ev.borrow_mut()
+            .ep_errors
+            .push_back((EpKey(ep as usize), Status::from_sys(status)));
+    });
+}
+
+unsafe extern "C" fn am_callback(
+    arg: *mut c_void,
+    _header: *const c_void,
+    _header_length: sys::size_t,
+    data: *mut c_void,
+    length: sys::size_t,
+    param: *const sys::ucp_am_recv_param_t,
+) -> sys::ucs_status_t {
+    guard("active message", || {
+        // SAFETY: UCX passes a valid param; arg is this id's AmArg box, kept by the worker.
+        let (p, a) = unsafe { (&*param, &*(arg as *const AmArg)) };
+        // SAFETY: the worker's events box outlives every handler registration.
+        let ev = unsafe { &*a.events };
+        let rndv = p.recv_attr & sys::ucp_am_recv_attr_t::UCP_AM_RECV_ATTR_FLAG_RNDV as u64 != 0;
+        let reply =
+            p.recv_attr & sys::ucp_am_recv_attr_t::UCP_AM_RECV_ATTR_FIELD_REPLY_EP as u64 != 0;
+        let bytes = if rndv || data.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: eager data: `length` bytes valid during the callback.
+            unsafe { std::slice::from_raw_parts(data as *const u8, length as usize) }.to_vec()
+        };
+        ev.borrow_mut().am.push_back(AmMessage {
+            id: a.id,
+            data: bytes,
+            reply_ep: reply.then_some(EpKey(p.reply_ep as usize)),
+            rndv_dropped: rndv,
+        });
+    });
+    sys::ucs_status_t::UCS_OK
+}

@@ -1,0 +1,270 @@
+//! The conformance suite's [`Cluster`] over real UCX.
+//!
+//! Each "process" is a [`Node`] with its own UCP context, worker, listener (127.0.0.1, any
+//! port) and registry, all in this test process and progressed by this thread; they talk over
+//! real UCX transports (TCP by default, or shared memory) exactly as separate processes do.
+//! What is simulated: `kill` drops a node without an orderly close (its endpoints are
+//! force-closed and its worker destroyed, so peers see UCX's peer failure) — the kill -9 of a
+//! real process is tested separately, with real processes, in `tests/multiprocess.rs`. Deadlines
+//! use a manual clock, moved by `advance_ms`, so P2 is tested without timing assumptions.
+
+use crate::{Cluster, Counters, Lib, Op, OpResult, Proc};
+use std::time::{Duration, Instant};
+use tagspace_core::{Registry, TagLayout};
+use tagspace_ucx::node::{Clock, LibId, Node, NodeConfig, OpId};
+use tagspace_ucx::ucp::{Config, Request, Started};
+
+/// Largest message a conformance receive accepts.
+pub const RECV_CAP: usize = 128 * 1024;
+
+/// Nodes on real UCX workers.
+pub struct UcxCluster {
+    nodes: Vec<Option<Node>>,
+    ucx: Config,
+    clock: Clock,
+    /// Legacy sends UCX has not finished with.
+    background: Vec<Request>,
+}
+
+impl UcxCluster {
+    /// A cluster whose workers use `ucx`. The rendezvous threshold is set to 8 KiB (as in the
+    /// mock) unless `ucx` sets one, so large sends complete only when matched.
+    pub fn new(mut ucx: Config) -> Self {
+        ucx.rndv_thresh.get_or_insert(8192);
+        UcxCluster {
+            nodes: Vec::new(),
+            ucx,
+            clock: Clock::manual(),
+            background: Vec::new(),
+        }
+    }
+
+    /// Over TCP on loopback.
+    pub fn tcp() -> Self {
+        Self::new(Config::tcp())
+    }
+
+    /// Over shared memory (TCP only to connect).
+    pub fn shm() -> Self {
+        Self::new(Config::shm())
+    }
+
+    fn token(p: Proc) -> u64 {
+        0x5eed_0000_0000 + (p as u64) * 7919
+    }
+
+    /// The node of a live process.
+    pub fn node(&mut self, p: Proc) -> &mut Node {
+        self.nodes[p].as_mut().expect("process was killed")
+    }
+
+    fn progress_all(&mut self) -> bool {
+        let mut busy = false;
+        for n in self.nodes.iter_mut().flatten() {
+            busy |= n.progress();
+        }
+        self.background.retain_mut(|r| r.test().is_none());
+        busy
+    }
+
+    /// Progresses every node until `done` or 10 s pass.
+    fn until(&mut self, mut done: impl FnMut(&mut Self) -> bool) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if done(self) {
+                return true;
+            }
+            self.progress_all();
+        }
+        done(self)
+    }
+}
+
+impl Cluster for UcxCluster {
+    fn spawn(&mut self) -> Proc {
+        let p = self.nodes.len();
+        let registry: &'static Registry<256> =
+            Box::leak(Box::new(Registry::new(TagLayout::DEFAULT)));
+        let cfg = NodeConfig {
+            token: Self::token(p),
+            clock: self.clock.clone(),
+            ..NodeConfig::loopback(self.ucx.clone())
+        };
+        let node = Node::with_registry(cfg, registry).expect("UCX node");
+        self.nodes.push(Some(node));
+        p
+    }
+
+    fn register(&mut self, p: Proc, name: &str) -> Result<Lib, String> {
+        self.node(p)
+            .register(name)
+            .map(|l| l.0)
+            .map_err(|e| e.to_string())
+    }
+
+    fn release(&mut self, p: Proc, lib: Lib) {
+        self.node(p).release(LibId(lib));
+    }
+
+    fn connect(&mut self, from: Proc, to: Proc) -> Result<(), String> {
+        let addr = self.node(to).listen_addr().map_err(|e| e.to_string())?;
+        self.node(from).connect(addr).map_err(|e| e.to_string())
+    }
+
+    fn settle(&mut self) {
+        // Real transports have no "nothing in flight" signal: progress until every node has
+        // been idle for a while (loopback round trips take tens of microseconds).
+        let quiet = Duration::from_millis(5);
+        let start = Instant::now();
+        let mut idle_since = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if self.progress_all() {
+                idle_since = Instant::now();
+            } else if idle_since.elapsed() >= quiet {
+                return;
+            }
+        }
+    }
+
+    fn advance_ms(&mut self, ms: u64) {
+        self.clock.advance(ms);
+        self.settle();
+    }
+
+    fn send(
+        &mut self,
+        p: Proc,
+        lib: Lib,
+        to: Proc,
+        payload: u64,
+        data: &[u8],
+        timeout_ms: u64,
+    ) -> Op {
+        let peer = Self::token(to);
+        self.node(p)
+            .send(LibId(lib), peer, payload, data.to_vec(), timeout_ms)
+            .0
+    }
+
+    fn send_inbox(&mut self, p: Proc, lib: Lib, to: Proc, data: &[u8], timeout_ms: u64) -> Op {
+        let peer = Self::token(to);
+        self.node(p)
+            .send_inbox(LibId(lib), peer, data.to_vec(), timeout_ms)
+            .0
+    }
+
+    fn recv(&mut self, p: Proc, lib: Lib, payload: u64) -> Op {
+        self.node(p).recv(LibId(lib), payload, RECV_CAP).0
+    }
+
+    fn take(&mut self, p: Proc, op: Op) -> Option<OpResult> {
+        self.nodes[p]
+            .as_mut()?
+            .take(OpId(op))
+            .map(|r| r.map_err(|e| e.to_string()))
+    }
+
+    fn probe_inbox(&mut self, p: Proc, lib: Lib) -> Option<Vec<u8>> {
+        self.progress_all();
+        let op = self.node(p).probe_inbox(LibId(lib), RECV_CAP).ok()??;
+        let mut out = None;
+        self.until(|c| {
+            out = c.node(p).take(op);
+            out.is_some()
+        });
+        out?.ok()?
+    }
+
+    fn am_listen(&mut self, p: Proc, lib: Lib, local: u16) {
+        self.node(p)
+            .am_listen(LibId(lib), local)
+            .expect("am_listen");
+    }
+
+    fn am_send(&mut self, p: Proc, lib: Lib, to: Proc, local: u16, data: &[u8]) -> Op {
+        let peer = Self::token(to);
+        self.node(p)
+            .am_send(LibId(lib), peer, local, data.to_vec(), 1000)
+            .0
+    }
+
+    fn am_take(&mut self, p: Proc, lib: Lib, local: u16) -> Option<Vec<u8>> {
+        self.node(p).am_take(LibId(lib), local)
+    }
+
+    fn kill(&mut self, p: Proc) {
+        // No CLOSE, no flush: endpoints are force-closed and the worker destroyed.
+        self.nodes[p] = None;
+    }
+
+    fn legacy_send(&mut self, from: Proc, to: Proc, tag: u64, data: &[u8]) {
+        let peer = Self::token(to);
+        let ep = self
+            .node(from)
+            .endpoint_to(peer)
+            .expect("a connection to share");
+        if let Started::Pending(r) = ep.tag_send(tag, data.to_vec()).expect("legacy send") {
+            self.background.push(r);
+        }
+    }
+
+    fn legacy_probe(&mut self, p: Proc, tag: u64, mask: u64, remove: bool) -> Option<u64> {
+        self.progress_all();
+        let w = self.node(p).worker().clone();
+        if !remove {
+            return w.tag_probe(tag, mask).map(|i| i.tag);
+        }
+        let (info, mut req) = w.tag_probe_take(tag, mask, RECV_CAP).ok()??;
+        let mut done = false;
+        self.until(|_| {
+            done = req.test().is_some();
+            done
+        });
+        done.then_some(info.tag)
+    }
+
+    fn inject_control(&mut self, from: Proc, to: Proc, bytes: &[u8]) {
+        let peer = Self::token(to);
+        self.node(from).inject_control(peer, bytes).expect("inject");
+    }
+
+    fn stray(&self, p: Proc) -> u64 {
+        self.nodes[p].as_ref().map_or(0, |n| n.stats().stray)
+    }
+
+    /// UCX does not count its unexpected queue: this is 1 if a full-wildcard peek finds a
+    /// message and 0 otherwise (a lower bound; the suite only asks whether it is empty).
+    fn unexpected(&self, p: Proc) -> usize {
+        self.nodes[p]
+            .as_ref()
+            .map_or(0, |n| n.worker().tag_probe(0, 0).is_some() as usize)
+    }
+
+    fn counters(&self, p: Proc, lib: Lib) -> Counters {
+        let c = self.nodes[p]
+            .as_ref()
+            .map(|n| n.counters(LibId(lib)))
+            .unwrap_or_default();
+        Counters {
+            sent: c.sent,
+            received: c.received,
+            failed: c.failed,
+        }
+    }
+
+    fn live_connections(&self, a: Proc, b: Proc) -> usize {
+        self.nodes[a]
+            .as_ref()
+            .map_or(0, |n| n.live_connections_to(Self::token(b)))
+    }
+
+    fn protocol_errors(&self, p: Proc) -> usize {
+        self.nodes[p]
+            .as_ref()
+            .map_or(0, |n| n.protocol_errors().len())
+    }
+
+    fn layout(&self) -> TagLayout {
+        TagLayout::DEFAULT
+    }
+}
