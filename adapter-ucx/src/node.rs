@@ -214,6 +214,17 @@ struct Conn {
     session: Box<Session<CAP>>,
     state: ConnState,
     told_up: bool,
+    /// Control frames UCX has not finished sending on this endpoint.
+    ctl_inflight: Vec<Request>,
+}
+
+/// An endpoint being closed: closed only once every request on it has finished (UCX 1.13.1
+/// asserts when an endpoint is disconnected with requests still on it).
+struct Closing {
+    key: EpKey,
+    ep: Endpoint,
+    force: bool,
+    waits: Vec<Request>,
 }
 
 struct Lib {
@@ -242,8 +253,15 @@ struct Waiting {
 
 enum Op {
     WaitingRoute(Waiting),
-    Sending { lib: LibId, req: Request },
-    Receiving { lib: LibId, req: Request },
+    Sending {
+        lib: LibId,
+        req: Request,
+        conn: EpKey,
+    },
+    Receiving {
+        lib: LibId,
+        req: Request,
+    },
     Done(Result<Option<Vec<u8>>, NodeError>),
 }
 
@@ -304,8 +322,10 @@ pub struct Node {
     protocol_errors: Vec<SessionError>,
     last_drain_ms: Option<u64>,
     clock: Clock,
-    /// Control sends, closes and drains UCX has not finished with yet.
+    /// Closes and drains UCX has not finished with yet.
     background: Vec<Request>,
+    /// Endpoints waiting for their requests to finish before they are closed.
+    closing: Vec<Closing>,
     buf: Vec<u8>,
 }
 
@@ -345,6 +365,7 @@ impl Node {
             last_drain_ms: None,
             clock: cfg.clock,
             background: Vec::new(),
+            closing: Vec::new(),
             buf: vec![0; MAX_FRAME_LEN],
         };
         tracing::info!(token = node.token, addr = ?node.listen_addr().ok(), "tagspace node up");
@@ -510,6 +531,7 @@ impl Node {
             session: Box::new(Session::new(role, self.token, self.registry.layout())),
             state: ConnState::Open,
             told_up: false,
+            ctl_inflight: Vec::new(),
         });
     }
 
@@ -672,6 +694,14 @@ impl Node {
         self.lib(lib).ok()?.am.get_mut(&local)?.pop_front()
     }
 
+    /// Cancels a receive still waiting for its message (it then finishes with
+    /// `UCS_ERR_CANCELED`); no effect on other operations.
+    pub fn cancel(&mut self, op: OpId) {
+        if let Some(Op::Receiving { req, .. }) = self.ops.get(&op) {
+            req.cancel();
+        }
+    }
+
     /// Whether `op` has finished (without taking it).
     pub fn is_done(&self, op: OpId) -> bool {
         matches!(self.ops.get(&op), Some(Op::Done(_)))
@@ -714,8 +744,8 @@ impl Node {
         };
         let next = match op {
             Op::WaitingRoute(w) => self.try_waiting(w),
-            Op::Sending { lib, mut req } => match req.test() {
-                None => Op::Sending { lib, req },
+            Op::Sending { lib, mut req, conn } => match req.test() {
+                None => Op::Sending { lib, req, conn },
                 Some(r) => self.finish(lib, r.map(|_| None).map_err(NodeError::from), true),
             },
             Op::Receiving { lib, mut req } => match req.test() {
@@ -735,7 +765,7 @@ impl Node {
         let (lib, peer) = (w.lib, w.peer);
         let now = self.clock.now_ms();
         match self.try_send(lib, peer, w.target, w.data) {
-            Ok(Sent::InFlight(req)) => Op::Sending { lib, req },
+            Ok(Sent::InFlight(req, conn)) => Op::Sending { lib, req, conn },
             Ok(Sent::Complete) => self.finish(lib, Ok(None), true),
             Ok(Sent::NoRoute(data) | Sent::NoConnection(data)) if now < w.deadline_ms => {
                 Op::WaitingRoute(Waiting { data, ..w })
@@ -798,7 +828,7 @@ impl Node {
         };
         Ok(match started {
             Started::Done(_) => Sent::Complete,
-            Started::Pending(req) => Sent::InFlight(req),
+            Started::Pending(req) => Sent::InFlight(req, c.key),
         })
     }
 
@@ -835,6 +865,10 @@ impl Node {
         for id in ids {
             self.advance_op(id);
         }
+        for c in &mut self.conns {
+            c.ctl_inflight.retain_mut(|r| r.test().is_none());
+        }
+        self.close_retired();
         self.background.retain_mut(|r| r.test().is_none());
         let now = self.clock.now_ms();
         if self
@@ -869,11 +903,7 @@ impl Node {
         tracing::warn!(peer = ?peer, error = %e, "endpoint failed");
         let was_open = self.conns[i].state == ConnState::Open;
         self.conns[i].state = ConnState::Down(Some(e));
-        if let Some(ep) = self.conns[i].ep.take() {
-            if let Some(r) = ep.close(true) {
-                self.background.push(r);
-            }
-        }
+        self.retire_ep(i, true);
         if let (true, Some(peer)) = (was_open, peer) {
             if self.conns[i].told_up && self.live_connections_to(peer) == 0 {
                 self.tell_libs(PeerEvent::Down {
@@ -957,14 +987,48 @@ impl Node {
         let peer = self.conns[i].peer();
         let told = self.conns[i].told_up;
         self.conns[i].state = state;
-        if let Some(ep) = self.conns[i].ep.take() {
-            if let Some(r) = ep.close(false) {
-                self.background.push(r);
-            }
-        }
+        self.retire_ep(i, false);
         if let (true, Some(peer), ConnState::Down(cause)) = (told, peer, state) {
             if self.live_connections_to(peer) == 0 {
                 self.tell_libs(PeerEvent::Down { peer, cause });
+            }
+        }
+    }
+
+    /// Takes the endpoint out of service; it is closed once its requests have finished.
+    fn retire_ep(&mut self, i: usize, force: bool) {
+        let c = &mut self.conns[i];
+        if let Some(ep) = c.ep.take() {
+            self.closing.push(Closing {
+                key: c.key,
+                ep,
+                force,
+                waits: std::mem::take(&mut c.ctl_inflight),
+            });
+        }
+    }
+
+    /// Closes retired endpoints whose requests have all finished.
+    fn close_retired(&mut self) {
+        let busy: std::collections::HashSet<EpKey> = self
+            .ops
+            .values()
+            .filter_map(|op| match op {
+                Op::Sending { conn, .. } => Some(*conn),
+                _ => None,
+            })
+            .collect();
+        let mut i = 0;
+        while i < self.closing.len() {
+            let c = &mut self.closing[i];
+            c.waits.retain_mut(|r| r.test().is_none());
+            if c.waits.is_empty() && !busy.contains(&c.key) {
+                let c = self.closing.swap_remove(i);
+                if let Some(r) = c.ep.close(c.force) {
+                    self.background.push(r);
+                }
+            } else {
+                i += 1;
             }
         }
     }
@@ -999,7 +1063,7 @@ impl Node {
             sent = true;
             self.stats.control_sent += 1;
             match ep.am_send(self.control_am, self.buf[..n].to_vec()) {
-                Ok(Started::Pending(r)) => self.background.push(r),
+                Ok(Started::Pending(r)) => c.ctl_inflight.push(r),
                 Ok(Started::Done(_)) => {}
                 Err(e) => {
                     tracing::warn!(error = %e, "sending a control frame failed");
@@ -1056,8 +1120,11 @@ impl Node {
             }
         }
         let start = Instant::now();
-        while !self.background.is_empty() && start.elapsed().as_millis() < timeout_ms as u128 {
+        while !(self.background.is_empty() && self.closing.is_empty())
+            && start.elapsed().as_millis() < timeout_ms as u128
+        {
             self.worker.progress();
+            self.close_retired();
             self.background.retain_mut(|r| r.test().is_none());
         }
     }
@@ -1075,8 +1142,8 @@ enum Sent {
     NoRoute(Vec<u8>),
     /// No established connection to the peer (yet); the data comes back.
     NoConnection(Vec<u8>),
-    /// Handed to UCX; completes later.
-    InFlight(Request),
+    /// Handed to UCX on that endpoint; completes later.
+    InFlight(Request, EpKey),
     /// Handed over and already complete.
     Complete,
 }

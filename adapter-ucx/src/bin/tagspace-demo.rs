@@ -1,0 +1,1000 @@
+//! The main job: several real processes share UCX endpoints through tagspace.
+//!
+//! `tagspace-demo [--procs N] [--messages M] [--transport tcp|shm] [--simultaneous]
+//! [--kill K] [--hostile H]` starts N copies of itself (`peer` role) on this machine. Each
+//! registers dask, cuml and blazingsql (well-known ids) and shuffle-engine (a dynamic id, made
+//! to differ between processes) in a different order (so the same name has different
+//! ids in different processes), connects one UCX endpoint to every other process, and then over
+//! those shared endpoints:
+//! * every library sends each peer a "begin" message to its inbox tag, then M data messages
+//!   (64 B, and every fourth 64 KiB so that rendezvous is used), which the receiver posts exact
+//!   full-mask receives for once it has seen the begin message (the BlazingSQL pattern);
+//! * a legacy library that ignores tagspace sends raw tags (namespace field 0) on the same
+//!   endpoints and peeks at the worker with a full wildcard probe, taking only its own;
+//! * a few messages go to namespace id 200, which nobody registers: they must be drained as
+//!   stray.
+//!
+//! Options for the failure tests: `--simultaneous` makes every pair connect both ways at once
+//! (one connection must survive per pair, P4); `--kill K` sends SIGKILL to process K halfway
+//! through its sends (the others must finish without loss or duplicates, D3); `--hostile H`
+//! makes process H send malformed control frames instead of data (its peers must cut it off
+//! and carry on, P5).
+//!
+//! The parent prints a per-namespace table (sent, received, misdelivered, stray, failed) and
+//! one-way latency percentiles (send call → receive completion, on the host's monotonic
+//! clock), and exits non-zero if any message reached the wrong namespace, was lost between
+//! live processes, or was delivered twice.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use tagspace_ucx::node::{LibId, Node, NodeConfig, OpId, PeerEvent};
+use tagspace_ucx::ucp::{ucx_version, Config, Request, Started, UCX_API_BUILT};
+
+/// The well-known dask, cuml and blazingsql, and a library with a dynamic id.
+const LIBS: [&str; 4] = ["dask", "cuml", "blazingsql", "shuffle-engine"];
+const NL: usize = LIBS.len();
+const LEGACY_TAG: u64 = 0x42; // namespace field 0: outside tagspace
+const STRAY_ID: u64 = 200;
+const STRAYS_PER_PEER: usize = 5;
+const LEGACY_PER_PEER: usize = 20;
+const LARGE: usize = 64 * 1024;
+const SMALL: usize = 64;
+const HEADER: usize = 24;
+const WINDOW: usize = 32;
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let opts = match Opts::parse(&args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("tagspace-demo: {e}\n{}", USAGE);
+            return ExitCode::from(2);
+        }
+    };
+    let r = if opts.peer_index.is_some() {
+        peer(&opts)
+    } else {
+        parent(&opts)
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tagspace-demo: FAILED: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+const USAGE: &str = "usage: tagspace-demo [--procs N] [--messages M] [--transport tcp|shm] \
+[--simultaneous] [--kill K] [--hostile H]";
+
+#[derive(Clone, Debug)]
+struct Opts {
+    procs: usize,
+    messages: usize,
+    transport: String,
+    simultaneous: bool,
+    kill: Option<usize>,
+    hostile: Option<usize>,
+    peer_index: Option<usize>,
+}
+
+impl Opts {
+    fn parse(args: &[String]) -> Result<Opts, String> {
+        let mut o = Opts {
+            procs: 4,
+            messages: 100,
+            transport: "tcp".into(),
+            simultaneous: false,
+            kill: None,
+            hostile: None,
+            peer_index: None,
+        };
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let mut num = |what: &str| -> Result<usize, String> {
+                it.next()
+                    .ok_or(format!("{what} needs a value"))?
+                    .parse()
+                    .map_err(|_| format!("{what} needs a number"))
+            };
+            match a.as_str() {
+                "--procs" => o.procs = num("--procs")?,
+                "--messages" => o.messages = num("--messages")?,
+                "--kill" => o.kill = Some(num("--kill")?),
+                "--hostile" => o.hostile = Some(num("--hostile")?),
+                "--peer" => o.peer_index = Some(num("--peer")?),
+                "--simultaneous" => o.simultaneous = true,
+                "--transport" => {
+                    o.transport = it.next().ok_or("--transport needs tcp or shm")?.clone();
+                    if o.transport != "tcp" && o.transport != "shm" {
+                        return Err(format!("unknown transport {:?}", o.transport));
+                    }
+                }
+                other => return Err(format!("unknown argument {other:?}")),
+            }
+        }
+        if !(2..=64).contains(&o.procs) {
+            return Err("--procs must be 2..=64".into());
+        }
+        if o.messages == 0 || o.messages > 100_000 {
+            return Err("--messages must be 1..=100000".into());
+        }
+        for (k, v) in [("--kill", o.kill), ("--hostile", o.hostile)] {
+            if v.is_some_and(|v| v >= o.procs) {
+                return Err(format!("{k} names no process"));
+            }
+        }
+        Ok(o)
+    }
+
+    fn to_args(&self) -> Vec<String> {
+        let mut v = vec![
+            "--procs".into(),
+            self.procs.to_string(),
+            "--messages".into(),
+            self.messages.to_string(),
+            "--transport".into(),
+            self.transport.clone(),
+        ];
+        if self.simultaneous {
+            v.push("--simultaneous".into());
+        }
+        if let Some(h) = self.hostile {
+            v.extend(["--hostile".into(), h.to_string()]);
+        }
+        v
+    }
+
+    fn ucx(&self) -> Config {
+        let mut c = if self.transport == "shm" {
+            Config::shm()
+        } else {
+            Config::tcp()
+        };
+        c.rndv_thresh = Some(8192);
+        c
+    }
+}
+
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes one timespec. CLOCK_MONOTONIC is shared by every process on the host.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A data message: lib, src, dst, seq, send time, then a pattern the receiver checks.
+fn message(lib: usize, src: usize, dst: usize, seq: usize) -> Vec<u8> {
+    let len = if seq % 4 == 3 { LARGE } else { SMALL };
+    let mut v = Vec::with_capacity(len);
+    v.extend_from_slice(&(lib as u32).to_le_bytes());
+    v.extend_from_slice(&(src as u32).to_le_bytes());
+    v.extend_from_slice(&(dst as u32).to_le_bytes());
+    v.extend_from_slice(&(seq as u32).to_le_bytes());
+    v.extend_from_slice(&now_ns().to_le_bytes());
+    let fill = (seq as u8) ^ (src as u8) ^ (lib as u8);
+    v.resize(len, fill);
+    v
+}
+
+/// Checks a received message; `Some(send time)` if it is exactly the expected one.
+fn check(data: &[u8], lib: usize, src: usize, dst: usize, seq: usize) -> Option<u64> {
+    if data.len() < HEADER {
+        return None;
+    }
+    let w = |i: usize| u32::from_le_bytes(data[i * 4..i * 4 + 4].try_into().unwrap()) as usize;
+    let len = if seq % 4 == 3 { LARGE } else { SMALL };
+    let fill = (seq as u8) ^ (src as u8) ^ (lib as u8);
+    let ok = (w(0), w(1), w(2), w(3)) == (lib, src, dst, seq)
+        && data.len() == len
+        && data[HEADER..].iter().all(|&b| b == fill);
+    ok.then(|| u64::from_le_bytes(data[16..24].try_into().unwrap()))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The peer process.
+
+struct Peer {
+    index: usize,
+    token: u64,
+    addr: SocketAddr,
+}
+
+#[derive(Default)]
+struct LibStats {
+    sent: u64,
+    received: u64,
+    misdelivered: u64,
+    failed: u64,
+    leftover: u64,
+    lat_small: Vec<u64>,
+    lat_large: Vec<u64>,
+}
+
+fn stdin_lines() -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            match line {
+                Ok(l) => {
+                    if tx.send(l).is_err() {
+                        return;
+                    }
+                }
+                Err(_) => return,
+            }
+        }
+    });
+    rx
+}
+
+fn peer(o: &Opts) -> Result<(), String> {
+    let me = o.peer_index.unwrap_or(0);
+    let input = stdin_lines();
+    let mut node = Node::new(NodeConfig::loopback(o.ucx())).map_err(|e| e.to_string())?;
+    // Each process registers the three libraries in a different order.
+    let mut order: Vec<usize> = (0..LIBS.len()).collect();
+    order.rotate_left(me % LIBS.len());
+    if me % 2 == 1 {
+        order.reverse();
+    }
+    let mut libs = [LibId(0); NL];
+    // Scratch namespaces first, a different number per process, so that the dynamic ids of
+    // the same name differ between processes (only the directory makes them meet, P1).
+    let mut scratch = Vec::new();
+    for j in 0..me % 3 {
+        scratch.push(
+            node.register(&format!("scratch-{me}-{j}"))
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    for &k in &order {
+        libs[k] = node.register(LIBS[k]).map_err(|e| e.to_string())?;
+    }
+    node.listen(libs[0]).map_err(|e| e.to_string())?;
+    let addr = node.listen_addr().map_err(|e| e.to_string())?;
+    let ids: Vec<String> = (0..NL)
+        .map(|k| format!("{}={}", LIBS[k], node.namespace(libs[k]).unwrap().id()))
+        .collect();
+    println!("ADDR {addr} {:x} {}", node.token(), ids.join(","));
+    let line = recv_line(&input, &mut node, "PEERS")?;
+    let mut peers = Vec::new();
+    for (i, p) in line.split_whitespace().skip(1).enumerate() {
+        let (a, t) = p.split_once(',').ok_or("bad PEERS line")?;
+        peers.push(Peer {
+            index: i,
+            addr: a.parse().map_err(|_| "bad address")?,
+            token: u64::from_str_radix(t, 16).map_err(|_| "bad token")?,
+        });
+    }
+    for p in &peers {
+        if p.index != me && (p.index < me || o.simultaneous) {
+            node.connect(p.addr).map_err(|e| e.to_string())?;
+        }
+    }
+    let others: Vec<&Peer> = peers.iter().filter(|p| p.index != me).collect();
+    let start = Instant::now();
+    let by_token: HashMap<u64, usize> = others.iter().map(|p| (p.token, p.index)).collect();
+    let mut dead: HashSet<usize> = HashSet::new();
+    // Wait for a connection to every peer (a peer that cut us off already counts as done).
+    while others
+        .iter()
+        .any(|p| node.live_connections_to(p.token) == 0 && !dead.contains(&p.index))
+    {
+        if start.elapsed() > TIMEOUT {
+            return Err("connections not established in time".into());
+        }
+        node.wait(1).map_err(|e| e.to_string())?;
+        while let Some(ev) = node.peer_event(libs[0]) {
+            if let PeerEvent::Down { peer, .. } = ev {
+                if let Some(&i) = by_token.get(&peer) {
+                    dead.insert(i);
+                }
+            }
+        }
+    }
+
+    if o.hostile == Some(me) {
+        // Malformed control frames (a HELLO with a truncated body) to everyone, then nothing.
+        for p in &others {
+            let _ = node.inject_control(p.token, b"TS\x01\x01\x00\x09\x00\x10\x40garbage");
+        }
+        println!("DONE hostile");
+        wait_exit(&input, &mut node);
+        return Ok(());
+    }
+
+    // The sends: per peer and library an inbox "begin", then the data; interleaved so that
+    // every library is busy on every endpoint at once.
+    let mut queue: Vec<(usize, usize, Option<usize>)> = Vec::new(); // (lib, dst, seq)
+    for p in &others {
+        if Some(p.index) == o.hostile {
+            continue;
+        }
+        for k in 0..NL {
+            queue.push((k, p.index, None));
+        }
+    }
+    for seq in 0..o.messages {
+        for p in &others {
+            if Some(p.index) == o.hostile {
+                continue;
+            }
+            for k in 0..NL {
+                queue.push((k, p.index, Some(seq)));
+            }
+        }
+    }
+    queue.reverse();
+    let total_sends = queue.len();
+    let token_of = |i: usize| peers[i].token;
+    let mut stats: Vec<LibStats> = (0..NL).map(|_| LibStats::default()).collect();
+    let mut sends: HashMap<OpId, (usize, usize)> = HashMap::new();
+    let mut recvs: HashMap<OpId, (usize, usize, usize)> = HashMap::new();
+    let mut sent_to: BTreeMap<(usize, usize), u64> = BTreeMap::new();
+    let mut recv_from: BTreeMap<(usize, usize), u64> = BTreeMap::new();
+    let mut begun: HashSet<(usize, usize)> = HashSet::new();
+    let mut mid_said = false;
+    let mut issued = 0;
+
+    // Raw traffic outside tagspace on the shared endpoints: the legacy library and strays.
+    let mut raw_reqs: Vec<Request> = Vec::new();
+    for p in &others {
+        let Some(ep) = node.endpoint_to(p.token) else {
+            continue;
+        };
+        for i in 0..LEGACY_PER_PEER {
+            let data = format!("legacy {me}>{} #{i}", p.index).into_bytes();
+            if let Ok(Started::Pending(r)) = ep.tag_send(LEGACY_TAG, data) {
+                raw_reqs.push(r);
+            }
+        }
+        let f = node.layout().namespace_field();
+        for i in 0..STRAYS_PER_PEER {
+            if let Ok(Started::Pending(r)) =
+                ep.tag_send((STRAY_ID << f.shift()) | i as u64, b"nobody".to_vec())
+            {
+                raw_reqs.push(r);
+            }
+        }
+    }
+    let mut legacy_got: Vec<String> = Vec::new();
+    let mut legacy_mis = 0u64;
+    let mut legacy_peeks = 0u64;
+    let mut legacy_pending: Vec<(Request, u64)> = Vec::new();
+
+    let expect_from = |dead: &HashSet<usize>| -> Vec<usize> {
+        others
+            .iter()
+            .map(|p| p.index)
+            .filter(|i| !dead.contains(i) && Some(*i) != o.hostile)
+            .collect()
+    };
+    loop {
+        if start.elapsed() > TIMEOUT {
+            return Err(format!(
+                "timed out: {} sends and {} receives unfinished",
+                sends.len() + queue.len(),
+                recvs.len()
+            ));
+        }
+        if !node.progress() {
+            node.wait(1).map_err(|e| e.to_string())?;
+        }
+        while let Some(ev) = node.peer_event(libs[0]) {
+            if let PeerEvent::Down { peer, cause } = ev {
+                if let Some(&i) = by_token.get(&peer) {
+                    eprintln!(
+                        "peer {me}: process {i} went down ({})",
+                        cause.map_or("closed".to_string(), |e| e.to_string())
+                    );
+                    dead.insert(i);
+                    for (op, &(_, src, _)) in &recvs {
+                        if src == i {
+                            node.cancel(*op);
+                        }
+                    }
+                }
+            }
+        }
+        // Sends, WINDOW at a time.
+        while sends.len() < WINDOW {
+            let Some((k, dst, seq)) = queue.pop() else {
+                break;
+            };
+            if dead.contains(&dst) {
+                continue;
+            }
+            issued += 1;
+            let op = match seq {
+                None => node.send_inbox(
+                    libs[k],
+                    token_of(dst),
+                    format!("begin {me} {}", o.messages).into_bytes(),
+                    10_000,
+                ),
+                Some(s) => node.send(
+                    libs[k],
+                    token_of(dst),
+                    ((me as u64) << 32) | s as u64,
+                    message(k, me, dst, s),
+                    10_000,
+                ),
+            };
+            sends.insert(op, (k, dst));
+        }
+        if !mid_said && issued * 2 >= total_sends {
+            mid_said = true;
+            println!("MID");
+        }
+        let done: Vec<OpId> = sends
+            .keys()
+            .copied()
+            .filter(|op| node.is_done(*op))
+            .collect();
+        for op in done {
+            let (k, dst) = sends.remove(&op).unwrap();
+            match node.take(op) {
+                Some(Ok(_)) => {
+                    stats[k].sent += 1;
+                    *sent_to.entry((dst, k)).or_default() += 1;
+                }
+                Some(Err(e)) => {
+                    stats[k].failed += 1;
+                    if !dead.contains(&dst) {
+                        eprintln!("peer {me}: send to {dst} failed: {e}");
+                    }
+                }
+                None => {}
+            }
+        }
+        // Inbox: a begin message opens the exact receives for that sender.
+        for k in 0..NL {
+            while let Ok(Some(op)) = node.probe_inbox(libs[k], 1024) {
+                let r = wait_op(&mut node, op)?;
+                let text = String::from_utf8_lossy(&r).to_string();
+                let mut w = text.split_whitespace();
+                let (Some("begin"), Some(src), Some(n)) = (w.next(), w.next(), w.next()) else {
+                    stats[k].misdelivered += 1;
+                    continue;
+                };
+                let (src, n): (usize, usize) = match (src.parse(), n.parse()) {
+                    (Ok(s), Ok(n)) if n <= 100_000 && s < peers.len() => (s, n),
+                    _ => {
+                        stats[k].misdelivered += 1;
+                        continue;
+                    }
+                };
+                if !begun.insert((src, k)) {
+                    stats[k].misdelivered += 1; // a second begin: duplicated
+                    continue;
+                }
+                for s in 0..n {
+                    let op = node.recv(libs[k], ((src as u64) << 32) | s as u64, LARGE);
+                    recvs.insert(op, (k, src, s));
+                }
+            }
+        }
+        let done: Vec<OpId> = recvs
+            .keys()
+            .copied()
+            .filter(|op| node.is_done(*op))
+            .collect();
+        for op in done {
+            let (k, src, s) = recvs.remove(&op).unwrap();
+            match node.take(op) {
+                Some(Ok(Some(data))) => {
+                    let t = now_ns();
+                    match check(&data, k, src, me, s) {
+                        Some(t0) => {
+                            stats[k].received += 1;
+                            *recv_from.entry((src, k)).or_default() += 1;
+                            let lat = t.saturating_sub(t0);
+                            if data.len() == LARGE {
+                                stats[k].lat_large.push(lat);
+                            } else {
+                                stats[k].lat_small.push(lat);
+                            }
+                        }
+                        None => stats[k].misdelivered += 1,
+                    }
+                }
+                Some(Ok(None)) => stats[k].misdelivered += 1,
+                Some(Err(e)) if !dead.contains(&src) => {
+                    stats[k].failed += 1;
+                    eprintln!("peer {me}: receive from {src} failed: {e}");
+                }
+                Some(Err(_)) | None => {}
+            }
+        }
+        // The legacy library: peeks with a full wildcard (never removes), takes its own tag.
+        let w = node.worker().clone();
+        if w.tag_probe(0, 0).is_some() {
+            legacy_peeks += 1;
+        }
+        while let Ok(Some((info, r))) = w.tag_probe_take(LEGACY_TAG, u64::MAX, 1024) {
+            legacy_pending.push((r, info.tag));
+        }
+        let mut still = Vec::new();
+        for (mut r, tag) in legacy_pending.drain(..) {
+            match r.test() {
+                None => still.push((r, tag)),
+                Some(Ok(tagspace_ucx::ucp::Completion::Received { data, .. })) => {
+                    if tag != LEGACY_TAG || !data.starts_with(b"legacy ") {
+                        legacy_mis += 1;
+                    }
+                    legacy_got.push(String::from_utf8_lossy(&data).to_string());
+                }
+                Some(_) => legacy_mis += 1,
+            }
+        }
+        legacy_pending = still;
+        raw_reqs.retain_mut(|r| r.test().is_none());
+
+        let live = expect_from(&dead);
+        let all_begun = live
+            .iter()
+            .all(|&i| (0..NL).all(|k| begun.contains(&(i, k))));
+        let legacy_done = legacy_got.len() >= LEGACY_PER_PEER * live.len();
+        let strays_in = node.stray_for(STRAY_ID as u16) >= (STRAYS_PER_PEER * live.len()) as u64;
+        if queue.is_empty()
+            && sends.is_empty()
+            && all_begun
+            && recvs.is_empty()
+            && legacy_done
+            && strays_in
+        {
+            break;
+        }
+    }
+    // Anything left for our namespaces would be a duplicate.
+    for _ in 0..20 {
+        node.progress();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for k in 0..NL {
+        let m = node.namespace(libs[k]).unwrap().matcher_any();
+        while let Ok(Some((_, r))) = node.worker().tag_probe_take(m.tag(), m.mask(), LARGE) {
+            stats[k].leftover += 1;
+            drop(r);
+        }
+    }
+    for k in 0..NL {
+        let s = &stats[k];
+        println!(
+            "STAT {} {} {} {} {} {} {}",
+            LIBS[k],
+            s.sent,
+            s.received,
+            s.misdelivered,
+            node.stray_for(node.namespace(libs[k]).unwrap().id()),
+            s.failed,
+            s.leftover
+        );
+        println!("LAT {} small {}", LIBS[k], join(&s.lat_small));
+        println!("LAT {} large {}", LIBS[k], join(&s.lat_large));
+    }
+    println!(
+        "STAT legacy {} {} {} 0 0 0",
+        LEGACY_PER_PEER * others.len(),
+        legacy_got.len(),
+        legacy_mis
+    );
+    println!("PEEKS {legacy_peeks}");
+    println!("STRAY {}", node.stray_for(STRAY_ID as u16));
+    for ((dst, k), n) in &sent_to {
+        println!("SENT {dst} {k} {n}");
+    }
+    for ((src, k), n) in &recv_from {
+        println!("RECV {src} {k} {n}");
+    }
+    for p in &others {
+        println!("CONN {} {}", p.index, node.live_connections_to(p.token));
+    }
+    println!("PROTO {}", node.protocol_errors().len());
+    println!("CTRL {}", node.stats().control_sent);
+    println!("DONE");
+    wait_exit(&input, &mut node);
+    Ok(())
+}
+
+fn join(v: &[u64]) -> String {
+    if v.is_empty() {
+        return "-".into();
+    }
+    v.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
+}
+
+fn wait_op(node: &mut Node, op: OpId) -> Result<Vec<u8>, String> {
+    let start = Instant::now();
+    loop {
+        if let Some(r) = node.take(op) {
+            return r.map(Option::unwrap_or_default).map_err(|e| e.to_string());
+        }
+        if start.elapsed() > TIMEOUT {
+            return Err("a receive did not finish".into());
+        }
+        node.progress();
+    }
+}
+
+fn recv_line(
+    input: &mpsc::Receiver<String>,
+    node: &mut Node,
+    want: &str,
+) -> Result<String, String> {
+    let start = Instant::now();
+    loop {
+        match input.try_recv() {
+            Ok(l) if l.starts_with(want) => return Ok(l),
+            Ok(_) => {}
+            Err(mpsc::TryRecvError::Disconnected) => return Err("parent went away".into()),
+            Err(mpsc::TryRecvError::Empty) => {
+                if start.elapsed() > TIMEOUT {
+                    return Err(format!("no {want} line from the parent"));
+                }
+                let _ = node.wait(1);
+            }
+        }
+    }
+}
+
+/// Keeps progressing (others may still need us) until the parent says EXIT, then closes.
+fn wait_exit(input: &mpsc::Receiver<String>, node: &mut Node) {
+    let _ = recv_line(input, node, "EXIT");
+    node.shutdown(1000);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The parent.
+
+#[derive(Default)]
+struct Report {
+    stat: BTreeMap<String, [u64; 6]>,
+    lat_small: BTreeMap<String, Vec<u64>>,
+    lat_large: BTreeMap<String, Vec<u64>>,
+    sent: HashMap<(usize, usize), u64>,
+    recv: HashMap<(usize, usize), u64>,
+    conns: HashMap<usize, u64>,
+    stray: u64,
+    peeks: u64,
+    proto: u64,
+    ctrl: u64,
+    ids: String,
+    done: bool,
+}
+
+fn parent(o: &Opts) -> Result<(), String> {
+    let (major, minor, release) = ucx_version();
+    println!(
+        "tagspace demo: {} processes, {} messages per library per peer, UCX {major}.{minor}.{release} \
+         loaded (API {}.{} built), transport {}",
+        o.procs, o.messages, UCX_API_BUILT.0, UCX_API_BUILT.1, o.transport
+    );
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let (tx, rx) = mpsc::channel::<(usize, Option<String>)>();
+    let mut children: Vec<Child> = Vec::new();
+    for i in 0..o.procs {
+        let mut args = o.to_args();
+        args.extend(["--peer".into(), i.to_string()]);
+        let mut child = Command::new(&exe)
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("spawning process {i}: {e}"))?;
+        let out = child.stdout.take().ok_or("no stdout")?;
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                match line {
+                    Ok(l) => {
+                        let _ = tx.send((i, Some(l)));
+                    }
+                    Err(_) => break,
+                }
+            }
+            let _ = tx.send((i, None));
+        });
+        children.push(child);
+    }
+    let result = run_parent(o, &mut children, &rx);
+    for c in &mut children {
+        if let Some(stdin) = c.stdin.as_mut() {
+            let _ = writeln!(stdin, "EXIT");
+        }
+    }
+    let mut exit_failures = Vec::new();
+    for (i, c) in children.iter_mut().enumerate() {
+        let status = wait_child(c, Duration::from_secs(10));
+        if Some(i) != o.kill && !status {
+            exit_failures.push(i);
+        }
+    }
+    let reports = result?;
+    if !exit_failures.is_empty() {
+        return Err(format!("processes {exit_failures:?} exited with an error"));
+    }
+    verdict(o, &reports)
+}
+
+fn wait_child(c: &mut Child, limit: Duration) -> bool {
+    let start = Instant::now();
+    loop {
+        match c.try_wait() {
+            Ok(Some(s)) => return s.success(),
+            Ok(None) if start.elapsed() < limit => std::thread::sleep(Duration::from_millis(10)),
+            _ => {
+                let _ = c.kill();
+                let _ = c.wait();
+                return false;
+            }
+        }
+    }
+}
+
+fn run_parent(
+    o: &Opts,
+    children: &mut [Child],
+    rx: &mpsc::Receiver<(usize, Option<String>)>,
+) -> Result<Vec<Report>, String> {
+    let mut reports: Vec<Report> = (0..o.procs).map(|_| Report::default()).collect();
+    let mut addrs: Vec<Option<String>> = vec![None; o.procs];
+    let deadline = Instant::now() + TIMEOUT + Duration::from_secs(30);
+    let mut killed = false;
+    let mut closed = vec![false; o.procs];
+    loop {
+        let live_done = (0..o.procs).all(|i| Some(i) == o.kill || reports[i].done);
+        if live_done {
+            return Ok(reports);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (i, line) = rx
+            .recv_timeout(left)
+            .map_err(|_| "timed out waiting for the peers")?;
+        let Some(line) = line else {
+            closed[i] = true;
+            if Some(i) != o.kill && !reports[i].done {
+                return Err(format!("process {i} ended before reporting"));
+            }
+            continue;
+        };
+        let mut w = line.split_whitespace();
+        match w.next() {
+            Some("ADDR") => {
+                let addr = w.next().unwrap_or_default();
+                let token = w.next().unwrap_or_default();
+                reports[i].ids = w.next().unwrap_or_default().to_string();
+                addrs[i] = Some(format!("{addr},{token}"));
+                if addrs.iter().all(Option::is_some) {
+                    let all: Vec<String> = addrs.iter().flatten().cloned().collect();
+                    let msg = format!("PEERS {}", all.join(" "));
+                    for c in children.iter_mut() {
+                        if let Some(stdin) = c.stdin.as_mut() {
+                            writeln!(stdin, "{msg}").map_err(|e| e.to_string())?;
+                        }
+                    }
+                }
+            }
+            Some("MID") if Some(i) == o.kill && !killed => {
+                killed = true;
+                // SIGKILL: no chance to close anything.
+                children[i].kill().map_err(|e| e.to_string())?;
+                println!("process {i} killed (SIGKILL) halfway through its sends");
+            }
+            Some("STAT") => {
+                let name = w.next().unwrap_or_default().to_string();
+                let mut v = [0u64; 6];
+                for x in v.iter_mut() {
+                    *x = w.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+                }
+                let e = reports[i].stat.entry(name).or_insert([0; 6]);
+                for (a, b) in e.iter_mut().zip(v) {
+                    *a += b;
+                }
+            }
+            Some("LAT") => {
+                let name = w.next().unwrap_or_default().to_string();
+                let class = w.next().unwrap_or_default();
+                let vals: Vec<u64> = w
+                    .next()
+                    .unwrap_or_default()
+                    .split(',')
+                    .filter_map(|s| s.parse().ok())
+                    .collect();
+                let m = if class == "large" {
+                    &mut reports[i].lat_large
+                } else {
+                    &mut reports[i].lat_small
+                };
+                m.entry(name).or_default().extend(vals);
+            }
+            Some(k @ ("SENT" | "RECV" | "CONN")) => {
+                let nums: Vec<u64> = w.filter_map(|s| s.parse().ok()).collect();
+                match (k, nums.as_slice()) {
+                    ("SENT", [p, l, n]) => {
+                        reports[i].sent.insert((*p as usize, *l as usize), *n);
+                    }
+                    ("RECV", [p, l, n]) => {
+                        reports[i].recv.insert((*p as usize, *l as usize), *n);
+                    }
+                    ("CONN", [p, n]) => {
+                        reports[i].conns.insert(*p as usize, *n);
+                    }
+                    _ => return Err(format!("process {i}: bad line {line:?}")),
+                }
+            }
+            Some("STRAY") => reports[i].stray = w.next().and_then(|s| s.parse().ok()).unwrap_or(0),
+            Some("PEEKS") => reports[i].peeks = w.next().and_then(|s| s.parse().ok()).unwrap_or(0),
+            Some("PROTO") => reports[i].proto = w.next().and_then(|s| s.parse().ok()).unwrap_or(0),
+            Some("CTRL") => reports[i].ctrl = w.next().and_then(|s| s.parse().ok()).unwrap_or(0),
+            Some("DONE") => reports[i].done = true,
+            _ => {}
+        }
+    }
+}
+
+fn pct(v: &mut [u64], p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_unstable();
+    let i = ((v.len() - 1) as f64 * p).round() as usize;
+    v[i] as f64 / 1000.0
+}
+
+fn verdict(o: &Opts, reports: &[Report]) -> Result<(), String> {
+    let survivors: Vec<usize> = (0..o.procs)
+        .filter(|&i| Some(i) != o.kill && Some(i) != o.hostile)
+        .collect();
+    for (i, r) in reports.iter().enumerate() {
+        if !r.ids.is_empty() {
+            println!("process {i}: namespace ids {}", r.ids);
+        }
+    }
+    // Per-namespace table over all processes.
+    let mut total: BTreeMap<String, [u64; 6]> = BTreeMap::new();
+    for r in reports {
+        for (n, v) in &r.stat {
+            let e = total.entry(n.clone()).or_insert([0; 6]);
+            for (a, b) in e.iter_mut().zip(v) {
+                *a += b;
+            }
+        }
+    }
+    println!(
+        "\n{:<22} {:>8} {:>8} {:>13} {:>6} {:>7} {:>9}",
+        "namespace", "sent", "received", "misdelivered", "stray", "failed", "leftover"
+    );
+    for n in LIBS
+        .iter()
+        .map(|s| s.to_string())
+        .chain(["legacy".to_string()])
+    {
+        let v = total.get(&n).copied().unwrap_or_default();
+        let label = if n == "legacy" {
+            "legacy (no tagspace)".to_string()
+        } else {
+            n.clone()
+        };
+        println!(
+            "{label:<22} {:>8} {:>8} {:>13} {:>6} {:>7} {:>9}",
+            v[0], v[1], v[2], v[3], v[4], v[5]
+        );
+    }
+    let stray: u64 = reports.iter().map(|r| r.stray).sum();
+    println!(
+        "{:<22} {:>8} {:>8} {:>13} {:>6}",
+        "unregistered id 200", "-", "-", "-", stray
+    );
+    println!(
+        "legacy wildcard peeks that saw a message: {} (none removed anything)",
+        reports.iter().map(|r| r.peeks).sum::<u64>()
+    );
+    println!(
+        "\none-way latency, send call to receive completion (µs): {:<10} {:>8} {:>8} {:>8} {:>8}",
+        "", "p50", "p90", "p99", "max"
+    );
+    for n in LIBS {
+        for (class, pick) in [("64 B", false), ("64 KiB", true)] {
+            let mut v: Vec<u64> = reports
+                .iter()
+                .flat_map(|r| {
+                    let m = if pick { &r.lat_large } else { &r.lat_small };
+                    m.get(n).cloned().unwrap_or_default()
+                })
+                .collect();
+            println!(
+                "  {:<15} {:<7} n={:<6} {:>8.1} {:>8.1} {:>8.1} {:>8.1}",
+                n,
+                class,
+                v.len(),
+                pct(&mut v, 0.5),
+                pct(&mut v, 0.9),
+                pct(&mut v, 0.99),
+                pct(&mut v, 1.0)
+            );
+        }
+    }
+    println!(
+        "  (under load: every process streams to every peer with {WINDOW} sends in flight and \
+         polls; see the benchmarks for unloaded ping-pong latency)"
+    );
+    let ctrl: Vec<u64> = survivors.iter().map(|&i| reports[i].ctrl).collect();
+    println!("control frames sent per process: {ctrl:?}");
+
+    let mut problems = Vec::new();
+    for (n, v) in &total {
+        if v[2] > 0 {
+            problems.push(format!("{n}: {} misdelivered", v[2]));
+        }
+        if v[5] > 0 {
+            problems.push(format!("{n}: {} left over (duplicated)", v[5]));
+        }
+    }
+    let m = o.messages as u64;
+    for &a in &survivors {
+        for &b in &survivors {
+            if a == b {
+                continue;
+            }
+            for (k, lib) in LIBS.iter().enumerate() {
+                let s = reports[a].sent.get(&(b, k)).copied().unwrap_or(0);
+                let r = reports[b].recv.get(&(a, k)).copied().unwrap_or(0);
+                if s != m + 1 || r != m {
+                    problems.push(format!(
+                        "{lib}: {a}->{b} sent {s} (want {}), received {r} (want {m})",
+                        m + 1
+                    ));
+                }
+            }
+            if o.simultaneous && reports[a].conns.get(&b) != Some(&1) {
+                problems.push(format!(
+                    "{a} has {:?} connections to {b} (want 1)",
+                    reports[a].conns.get(&b)
+                ));
+            }
+        }
+        let want_legacy = (LEGACY_PER_PEER * (survivors.len() - 1)) as u64;
+        let got = reports[a].stat.get("legacy").map_or(0, |v| v[1]);
+        if got < want_legacy {
+            problems.push(format!("legacy: process {a} got {got} of {want_legacy}"));
+        }
+        let want_stray = (STRAYS_PER_PEER * (survivors.len() - 1)) as u64;
+        if reports[a].stray < want_stray {
+            problems.push(format!(
+                "process {a} drained {} stray messages, want at least {want_stray}",
+                reports[a].stray
+            ));
+        }
+        if o.hostile.is_some() && reports[a].proto != 1 {
+            problems.push(format!(
+                "process {a} saw {} protocol errors (want 1: the hostile peer)",
+                reports[a].proto
+            ));
+        }
+        if let Some(h) = o.hostile {
+            if reports[a].conns.get(&h).copied().unwrap_or(0) != 0 {
+                problems.push(format!("process {a} still talks to hostile process {h}"));
+            }
+        }
+    }
+    if problems.is_empty() {
+        println!("\nOK: every message between live processes arrived once, in its own namespace");
+        Ok(())
+    } else {
+        for p in &problems {
+            println!("PROBLEM: {p}");
+        }
+        Err(format!("{} problems", problems.len()))
+    }
+}
