@@ -498,6 +498,18 @@ impl Node {
             .count()
     }
 
+    /// Whether this node has work in flight that needs more progress to finish: a connection
+    /// still handshaking, control frames or closes UCX has not completed, or endpoints waiting to
+    /// be closed. (Messages in flight from peers cannot be seen; a harness that wants quiet
+    /// also waits for a stretch without progress.)
+    pub fn has_work_in_flight(&self) -> bool {
+        self.conns.iter().any(|c| {
+            c.state == ConnState::Open
+                && (!c.session.is_established() || !c.ctl_inflight.is_empty())
+        }) || !self.background.is_empty()
+            || !self.closing.is_empty()
+    }
+
     /// Connections in any state, including closed ones (for tests of P3/P4).
     pub fn connection_count(&self) -> usize {
         self.conns.len()

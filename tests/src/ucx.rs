@@ -112,13 +112,18 @@ impl Cluster for UcxCluster {
     }
 
     fn settle(&mut self) {
-        // Real transports have no "nothing in flight" signal: progress until every node has
-        // been idle for a while (loopback round trips take tens of microseconds).
+        // Real transports have no "nothing in flight" signal: progress until no node has a
+        // handshake, control frame or close outstanding, and every node has then been idle for
+        // a while (loopback round trips take tens of microseconds; connection requests pass
+        // through UCX's async thread, which a loaded machine may schedule late — hence the
+        // first condition, which does not depend on timing).
         let quiet = Duration::from_millis(5);
         let start = Instant::now();
         let mut idle_since = Instant::now();
         while start.elapsed() < Duration::from_secs(10) {
-            if self.progress_all() {
+            let in_flight = !self.background.is_empty()
+                || self.nodes.iter().flatten().any(Node::has_work_in_flight);
+            if self.progress_all() || in_flight {
                 idle_since = Instant::now();
             } else if idle_since.elapsed() >= quiet {
                 return;
@@ -127,6 +132,9 @@ impl Cluster for UcxCluster {
     }
 
     fn advance_ms(&mut self, ms: u64) {
+        // Time passing lets what is in flight land first, then the clock moves (deadlines,
+        // the periodic stray drain), then its effects settle.
+        self.settle();
         self.clock.advance(ms);
         self.settle();
     }

@@ -83,9 +83,15 @@ impl Config {
     }
 
     /// Shared memory between processes on this host, TCP for connection establishment.
+    ///
+    /// Sets `MM_ERROR_HANDLING=y`: tagspace creates every endpoint with peer error handling
+    /// (D3), and UCX leaves its shared-memory transports out of such endpoints unless they are
+    /// told to detect peer failure themselves (by keepalive) — without it "shared memory" would
+    /// silently run over TCP (openucx/ucx#8477).
     pub fn shm() -> Config {
         Config {
             transports: Some("sm,tcp".into()),
+            options: vec![("MM_ERROR_HANDLING".into(), "y".into())],
             ..Config::default()
         }
     }
@@ -211,8 +217,13 @@ struct WorkerInner {
 
 impl Drop for WorkerInner {
     fn drop(&mut self) {
-        // SAFETY: every listener, endpoint and request holds an Rc to this, so none is left;
-        // orphaned requests are freed by the worker's destruction along with their memory pool.
+        // Orphaned requests still in flight are released (UCX frees them when they finish or
+        // when the worker goes); their buffers are dropped only after the worker is destroyed.
+        for o in self.orphans.borrow().iter() {
+            // SAFETY: a live request, released once.
+            unsafe { sys::ucp_request_free(o.raw) };
+        }
+        // SAFETY: every listener, endpoint and request holds an Rc to this, so none is left.
         unsafe { sys::ucp_worker_destroy(self.raw) };
         // The orphans' buffers are dropped only now, after UCX can no longer touch them.
     }
@@ -263,6 +274,12 @@ impl Worker {
     }
 
     fn raw(&self) -> sys::ucp_worker_h {
+        self.inner.raw
+    }
+
+    /// The raw handle, for code that calls `ucx1-sys` directly (benchmark baselines, legacy
+    /// libraries). It stays owned by this worker: never destroy it.
+    pub fn as_raw(&self) -> sys::ucp_worker_h {
         self.inner.raw
     }
 
@@ -675,6 +692,12 @@ impl Drop for Request {
         if self.kind == Kind::Recv {
             self.cancel();
         }
+        if self.buf.is_none() {
+            // No memory of ours in it (an endpoint close): UCX frees it when it finishes.
+            // SAFETY: a live request, released once.
+            unsafe { sys::ucp_request_free(self.raw) };
+            return;
+        }
         self.worker.inner.orphans.borrow_mut().push(Orphan {
             raw: self.raw,
             _buf: self.buf.take(),
@@ -786,6 +809,12 @@ impl Endpoint {
         p.field_mask = sys::ucp_ep_params_field::UCP_EP_PARAM_FIELD_REMOTE_ADDRESS.0 as u64;
         p.address = address.as_ptr() as *const sys::ucp_address_t;
         Endpoint::create(w, p, "ucp_ep_create (worker address)")
+    }
+
+    /// The raw handle, for code that calls `ucx1-sys` directly. It stays owned by this
+    /// endpoint: never close it.
+    pub fn as_raw(&self) -> sys::ucp_ep_h {
+        self.raw
     }
 
     /// This endpoint's identity (see [`EpKey`]).

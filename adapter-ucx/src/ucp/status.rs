@@ -135,7 +135,7 @@ mod tests {
     }
 
     #[test]
-    fn every_named_status_matches_ucx() {
+    fn ucx_statuses_have_names() {
         for s in [
             sys::ucs_status_t::UCS_OK,
             sys::ucs_status_t::UCS_ERR_CANCELED,
@@ -143,9 +143,6 @@ mod tests {
             sys::ucs_status_t::UCS_ERR_ENDPOINT_TIMEOUT,
             sys::ucs_status_t::UCS_ERR_MESSAGE_TRUNCATED,
         ] {
-            // SAFETY: ucs_status_string returns a static C string.
-            let c = unsafe { std::ffi::CStr::from_ptr(sys::ucs_status_string(s)) };
-            assert!(!c.to_bytes().is_empty());
             assert_ne!(Status::from_sys(s).name(), "UCS_ERR_UNKNOWN", "{s:?}");
         }
     }
