@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs (apt) the system packages the build needs, if any is missing; used by .ci/run and
+# scripts/demo.sh. Needs root or sudo only when something is missing.
+set -euo pipefail
+# The core needs only a C toolchain (libFuzzer is built from C++ by libfuzzer-sys). ucx1-sys
+# builds UCX 1.12.1 from source (autotools) and generates bindings with bindgen (libclang);
+# libucx-dev and ucx-utils give Debian's UCX 1.13.1 (the library the demo binary can load at run
+# time instead, and ucx_info for diagnosing transports).
+need=()
+command -v c++ >/dev/null || need+=(g++)
+command -v make >/dev/null || need+=(make)
+command -v pkg-config >/dev/null || need+=(pkg-config)
+for tool in autoconf automake libtoolize; do
+  command -v "$tool" >/dev/null || need+=("${tool/libtoolize/libtool}")
+done
+for pkg in libclang-dev libucx-dev ucx-utils; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing: ${need[*]}"
+  sudo=()
+  [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+  "${sudo[@]}" apt-get update -qq
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+fi
