@@ -291,7 +291,15 @@ fn peer(o: &Opts) -> Result<(), String> {
         .any(|p| node.live_connections_to(p.token) == 0 && !dead.contains(&p.index))
     {
         if start.elapsed() > TIMEOUT {
-            return Err("connections not established in time".into());
+            let missing: Vec<String> = others
+                .iter()
+                .filter(|p| node.live_connections_to(p.token) == 0 && !dead.contains(&p.index))
+                .map(|p| p.index.to_string())
+                .collect();
+            return Err(format!(
+                "connections not established in time (to processes {})",
+                missing.join(", ")
+            ));
         }
         node.wait(1).map_err(|e| e.to_string())?;
         while let Some(ev) = node.peer_event(libs[0]) {
