@@ -29,6 +29,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Instant;
 use tagspace_core::namespace::am_namespace;
+use tagspace_core::namespace::Route;
 use tagspace_core::session::{Event, Session, SessionError};
 use tagspace_core::wellknown::CONTROL_ID;
 use tagspace_core::wire::{CloseReason, Role, MAX_FRAME_LEN};
@@ -38,6 +39,11 @@ use tagspace_core::{Name, Namespace, Registry, RegistryError, TagError, TagLayou
 pub const CAP: usize = 256;
 /// How often (ms) `progress` drains stray messages.
 pub const DRAIN_INTERVAL_MS: u64 = 10;
+/// How long (ms) a connection superseded by a simultaneous connect keeps its endpoint open
+/// before closing it. Either side may have sent data on it before both sides settled on the
+/// survivor; closing at once let the peer's endpoint go while that data (eager messages still in
+/// UCX's queues, rendezvous transfers not yet pulled) was in flight, and it was lost.
+pub const SUPERSEDED_LINGER_MS: u64 = 2000;
 /// The largest stray message the drain will buffer; longer ones are truncated and dropped.
 pub const STRAY_MAX_LEN: usize = 1 << 20;
 
@@ -216,6 +222,13 @@ struct Conn {
     told_up: bool,
     /// Control frames UCX has not finished sending on this endpoint.
     ctl_inflight: Vec<Request>,
+    /// The peer's route for each library (indexed by `LibId`), so the send path does not search
+    /// the directory by name for every message. The directory changes only when this
+    /// connection's session handles a frame, and libraries are only ever added (a released
+    /// `LibId` is never reused): refreshed at exactly those two points.
+    routes: Vec<Option<Route>>,
+    /// For a superseded connection: when its endpoint is closed (see [`SUPERSEDED_LINGER_MS`]).
+    linger_until_ms: Option<u64>,
 }
 
 /// An endpoint being closed: closed only once every request on it has finished (UCX 1.13.1
@@ -415,6 +428,9 @@ impl Node {
             am: HashMap::new(),
             peer_events: None,
         }));
+        for i in 0..self.conns.len() {
+            self.refresh_routes(i);
+        }
         Ok(LibId(self.libs.len() - 1))
     }
 
@@ -544,6 +560,8 @@ impl Node {
             state: ConnState::Open,
             told_up: false,
             ctl_inflight: Vec::new(),
+            routes: Vec::new(),
+            linger_until_ms: None,
         });
     }
 
@@ -584,11 +602,22 @@ impl Node {
             .get(lib.0)
             .and_then(Option::as_ref)
             .ok_or(NodeError::NoSuchLibrary)?;
-        let Some(route) = c.session.route(&l.ns) else {
+        let Some(route) = c.route(lib, &l.ns) else {
             return Ok(None);
         };
         let ep = c.ep.as_ref().ok_or(NodeError::NoConnection { peer })?;
         Ok(Some((ep, l.ns.remote_tag(route, payload)?.raw())))
+    }
+
+    /// Recomputes connection `i`'s route cache from its session's directory.
+    fn refresh_routes(&mut self, i: usize) {
+        let c = &mut self.conns[i];
+        c.routes.clear();
+        c.routes.extend(
+            self.libs
+                .iter()
+                .map(|l| l.as_ref().and_then(|l| c.session.route(&l.ns))),
+        );
     }
 
     fn conn_index(&self, peer: u64) -> Result<usize, NodeError> {
@@ -829,7 +858,7 @@ impl Node {
             .and_then(Option::as_ref)
             .ok_or(NodeError::NoSuchLibrary)?;
         let c = &self.conns[i];
-        let Some(route) = c.session.route(&l.ns) else {
+        let Some(route) = c.route(lib, &l.ns) else {
             return Ok(Sent::NoRoute(data));
         };
         let ep = c.ep.as_ref().ok_or(NodeError::NoConnection { peer })?;
@@ -880,6 +909,7 @@ impl Node {
         for c in &mut self.conns {
             c.ctl_inflight.retain_mut(|r| r.test().is_none());
         }
+        self.end_lingering();
         self.close_retired();
         self.background.retain_mut(|r| r.test().is_none());
         let now = self.clock.now_ms();
@@ -910,6 +940,11 @@ impl Node {
         else {
             return;
         };
+        if self.conns[i].state == ConnState::Superseded {
+            // The peer closed its side of a superseded connection: expected, not a failure.
+            self.retire_ep(i, true);
+            return;
+        }
         self.stats.endpoint_failures += 1;
         let peer = self.conns[i].peer();
         tracing::warn!(peer = ?peer, error = %e, "endpoint failed");
@@ -968,7 +1003,9 @@ impl Node {
         if self.conns[i].state != ConnState::Open {
             return;
         }
-        match self.conns[i].session.handle(bytes) {
+        let handled = self.conns[i].session.handle(bytes);
+        self.refresh_routes(i);
+        match handled {
             Ok(Some(Event::Established { peer_token })) => {
                 tracing::info!(peer = peer_token, "connection established");
                 self.settle_duplicates(peer_token);
@@ -982,7 +1019,12 @@ impl Node {
             Ok(Some(Event::Closed { reason })) => {
                 let peer = self.conns[i].peer();
                 tracing::info!(?peer, ?reason, "peer closed the connection");
-                self.close_conn(i, ConnState::Down(None));
+                if reason == CloseReason::Superseded {
+                    // The peer settled the duplicate first; linger like it does.
+                    self.supersede(i);
+                } else {
+                    self.close_conn(i, ConnState::Down(None));
+                }
             }
             Ok(_) => {}
             Err(e) => {
@@ -1057,10 +1099,36 @@ impl Node {
                 && c.peer() == Some(peer)
                 && c.session.survives_duplicate() == Some(false)
             {
-                tracing::info!(peer, "duplicate connection closed (simultaneous connect)");
+                tracing::info!(
+                    peer,
+                    "duplicate connection superseded (simultaneous connect)"
+                );
                 self.conns[i].session.close(CloseReason::Superseded);
                 self.flush_conn(i);
-                self.close_conn(i, ConnState::Superseded);
+                self.supersede(i);
+            }
+        }
+    }
+
+    /// Takes connection `i` out of service (no new sends pick it) but keeps its endpoint open
+    /// for [`SUPERSEDED_LINGER_MS`], so what either side sent on it before settling arrives.
+    fn supersede(&mut self, i: usize) {
+        let until = self.clock.now_ms() + SUPERSEDED_LINGER_MS;
+        let c = &mut self.conns[i];
+        c.state = ConnState::Superseded;
+        c.linger_until_ms = Some(until);
+    }
+
+    /// Retires superseded endpoints whose linger time is over.
+    fn end_lingering(&mut self) {
+        let now = self.clock.now_ms();
+        for i in 0..self.conns.len() {
+            let c = &self.conns[i];
+            if c.state == ConnState::Superseded
+                && c.ep.is_some()
+                && c.linger_until_ms.is_some_and(|t| now >= t)
+            {
+                self.retire_ep(i, false);
             }
         }
     }
@@ -1129,6 +1197,8 @@ impl Node {
                 self.conns[i].session.close(CloseReason::Normal);
                 self.flush_conn(i);
                 self.close_conn(i, ConnState::Down(None));
+            } else if self.conns[i].state == ConnState::Superseded {
+                self.retire_ep(i, false);
             }
         }
         let start = Instant::now();
@@ -1145,6 +1215,13 @@ impl Node {
 impl Conn {
     fn peer(&self) -> Option<u64> {
         self.session.peer().map(|p| p.token)
+    }
+
+    /// The cached route for `lib` (see `routes`); `ns` is `lib`'s namespace, for the debug check.
+    fn route(&self, lib: LibId, ns: &Namespace<'static, CAP>) -> Option<Route> {
+        let r = self.routes.get(lib.0).copied().flatten();
+        debug_assert_eq!(r, self.session.route(ns), "stale route cache");
+        r
     }
 }
 
