@@ -364,10 +364,22 @@ fn peer(o: &Opts) -> Result<(), String> {
     };
     loop {
         if start.elapsed() > TIMEOUT {
+            let live = expect_from(&dead);
+            let unbegun = live
+                .iter()
+                .flat_map(|&i| (0..NL).map(move |k| (i, k)))
+                .filter(|ik| !begun.contains(ik))
+                .count();
             return Err(format!(
-                "timed out: {} sends and {} receives unfinished",
+                "timed out: {} sends and {} receives unfinished, {} begin messages missing, \
+                 {}/{} legacy messages, {}/{} strays drained",
                 sends.len() + queue.len(),
-                recvs.len()
+                recvs.len(),
+                unbegun,
+                legacy_got.len(),
+                LEGACY_PER_PEER * live.len(),
+                node.stray_for(STRAY_ID as u16),
+                STRAYS_PER_PEER * live.len()
             ));
         }
         if !node.progress() {
