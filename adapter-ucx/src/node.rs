@@ -28,8 +28,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Instant;
-use tagspace_core::namespace::am_namespace;
-use tagspace_core::namespace::Route;
+use tagspace_core::namespace::{am_namespace, Route};
 use tagspace_core::session::{Event, Session, SessionError};
 use tagspace_core::wellknown::CONTROL_ID;
 use tagspace_core::wire::{CloseReason, Role, MAX_FRAME_LEN};
@@ -208,8 +207,11 @@ pub struct NodeStats {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum ConnState {
     Open,
-    /// Lost the simultaneous-connect tie-break; closed.
-    Superseded,
+    /// Lost the simultaneous-connect tie-break: out of service; its endpoint stays open until
+    /// `until_ms` (see [`SUPERSEDED_LINGER_MS`]), then is closed.
+    Superseded {
+        until_ms: u64,
+    },
     /// Closed by either side or failed.
     Down(Option<UcxError>),
 }
@@ -227,8 +229,6 @@ struct Conn {
     /// connection's session handles a frame, and libraries are only ever added (a released
     /// `LibId` is never reused): refreshed at exactly those two points.
     routes: Vec<Option<Route>>,
-    /// For a superseded connection: when its endpoint is closed (see [`SUPERSEDED_LINGER_MS`]).
-    linger_until_ms: Option<u64>,
 }
 
 /// An endpoint being closed: closed only once every request on it has finished (UCX 1.13.1
@@ -561,7 +561,6 @@ impl Node {
             told_up: false,
             ctl_inflight: Vec::new(),
             routes: Vec::new(),
-            linger_until_ms: None,
         });
     }
 
@@ -940,7 +939,7 @@ impl Node {
         else {
             return;
         };
-        if self.conns[i].state == ConnState::Superseded {
+        if matches!(self.conns[i].state, ConnState::Superseded { .. }) {
             // The peer closed its side of a superseded connection: expected, not a failure.
             self.retire_ep(i, true);
             return;
@@ -1113,10 +1112,9 @@ impl Node {
     /// Takes connection `i` out of service (no new sends pick it) but keeps its endpoint open
     /// for [`SUPERSEDED_LINGER_MS`], so what either side sent on it before settling arrives.
     fn supersede(&mut self, i: usize) {
-        let until = self.clock.now_ms() + SUPERSEDED_LINGER_MS;
-        let c = &mut self.conns[i];
-        c.state = ConnState::Superseded;
-        c.linger_until_ms = Some(until);
+        self.conns[i].state = ConnState::Superseded {
+            until_ms: self.clock.now_ms() + SUPERSEDED_LINGER_MS,
+        };
     }
 
     /// Retires superseded endpoints whose linger time is over.
@@ -1124,9 +1122,8 @@ impl Node {
         let now = self.clock.now_ms();
         for i in 0..self.conns.len() {
             let c = &self.conns[i];
-            if c.state == ConnState::Superseded
+            if matches!(c.state, ConnState::Superseded { until_ms } if now >= until_ms)
                 && c.ep.is_some()
-                && c.linger_until_ms.is_some_and(|t| now >= t)
             {
                 self.retire_ep(i, false);
             }
@@ -1197,7 +1194,7 @@ impl Node {
                 self.conns[i].session.close(CloseReason::Normal);
                 self.flush_conn(i);
                 self.close_conn(i, ConnState::Down(None));
-            } else if self.conns[i].state == ConnState::Superseded {
+            } else if matches!(self.conns[i].state, ConnState::Superseded { .. }) {
                 self.retire_ep(i, false);
             }
         }
