@@ -18,6 +18,7 @@
 //! (c) Connect scaling: one node connects to 128 peers one by one; the time for the k-th
 //!     connection (endpoint + handshake until both sides are established) and the control
 //!     frames it cost, as k grows.
+//! (d) The per-message lookup alone: `route_tag` against `endpoint_to` plus a fixed tag.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -537,6 +538,38 @@ fn main() {
     }
     let (fmin, fmax) = (frames.iter().min().unwrap(), frames.iter().max().unwrap());
     println!("control frames the hub sent per connection: min {fmin}, max {fmax} (constant: P3)");
+
+    // (d) The per-message lookup alone, with the hub's `peers` connections open: tagspace's
+    // `route_tag` (connection, cached route, checked tag) against what the raw path does per
+    // message (`endpoint_to`, then a fixed tag).
+    println!("\n(d) per-message lookup with {peers} connections open (ns per call)");
+    let dask = LibId(0); // mk registers dask first
+    let far = others.last().unwrap().token();
+    let calls: u64 = if quick { 100_000 } else { 20_000_000 };
+    let mut sink = 0u64;
+    let mut time_it = |f: &mut dyn FnMut(u64) -> u64| {
+        let t = Instant::now();
+        for i in 0..calls {
+            sink ^= f(std::hint::black_box(i) & 0xffff);
+        }
+        t.elapsed().as_secs_f64() * 1e9 / calls as f64
+    };
+    let raw_ns = time_it(&mut |i| {
+        hub.endpoint_to(std::hint::black_box(far)).unwrap().as_raw() as u64 ^ RAW_TAG ^ i
+    });
+    let ts_ns = time_it(&mut |i| {
+        let (ep, tag) = hub
+            .route_tag(dask, std::hint::black_box(far), i)
+            .unwrap()
+            .unwrap();
+        ep.as_raw() as u64 ^ tag
+    });
+    std::hint::black_box(sink);
+    println!(
+        "endpoint_to + fixed tag {raw_ns:.1}, route_tag {ts_ns:.1}, ratio {:.2}",
+        ts_ns / raw_ns
+    );
+
     for n in others.iter_mut() {
         n.shutdown(100);
     }

@@ -327,6 +327,10 @@ pub struct Node {
     listener: Option<Listener>,
     control_am: u16,
     conns: Vec<Conn>,
+    /// Peer token → index of a connection serving it: a hint for the send path, rebuilt when a
+    /// connection's state changes and verified on use (a stale or missing entry falls back to
+    /// the scan), so that a send does not scan every connection.
+    serving: HashMap<u64, usize>,
     libs: Vec<Option<Lib>>,
     ops: HashMap<OpId, Op>,
     next_op: u64,
@@ -369,6 +373,7 @@ impl Node {
             listener,
             control_am,
             conns: Vec::new(),
+            serving: HashMap::new(),
             libs: Vec::new(),
             ops: HashMap::new(),
             next_op: 0,
@@ -620,12 +625,30 @@ impl Node {
     }
 
     fn conn_index(&self, peer: u64) -> Result<usize, NodeError> {
+        let serves = |c: &Conn| {
+            c.state == ConnState::Open && c.session.is_established() && c.peer() == Some(peer)
+        };
+        if let Some(&i) = self.serving.get(&peer) {
+            if self.conns.get(i).is_some_and(serves) {
+                return Ok(i);
+            }
+        }
         self.conns
             .iter()
-            .position(|c| {
-                c.state == ConnState::Open && c.session.is_established() && c.peer() == Some(peer)
-            })
+            .position(serves)
             .ok_or(NodeError::NoConnection { peer })
+    }
+
+    /// Rebuilds the `serving` hint (after a connection was established, superseded or closed).
+    fn reindex(&mut self) {
+        self.serving.clear();
+        for (i, c) in self.conns.iter().enumerate() {
+            if let (ConnState::Open, true, Some(p)) =
+                (c.state, c.session.is_established(), c.peer())
+            {
+                self.serving.entry(p).or_insert(i);
+            }
+        }
     }
 
     fn new_op(&mut self, op: Op) -> OpId {
@@ -887,9 +910,14 @@ impl Node {
                 Err(e) => tracing::warn!(error = %e, "accepting a connection failed"),
             }
         }
+        let mut failed = false;
         while let Some((key, e)) = self.worker.take_ep_error() {
-            busy = true;
+            failed = true;
             self.on_ep_error(key, e);
+        }
+        if failed {
+            busy = true;
+            self.reindex();
         }
         while let Some(am) = self.worker.take_am() {
             busy = true;
@@ -968,7 +996,10 @@ impl Node {
         if am.id == self.control_am {
             self.stats.control_received += 1;
             match am.reply_ep {
-                Some(key) => self.on_control(key, &am.data),
+                Some(key) => {
+                    self.on_control(key, &am.data);
+                    self.reindex();
+                }
                 None => tracing::warn!("control frame without a reply endpoint dropped"),
             }
             return;
