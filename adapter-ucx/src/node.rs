@@ -45,6 +45,14 @@ pub const DRAIN_INTERVAL_MS: u64 = 10;
 pub const SUPERSEDED_LINGER_MS: u64 = 2000;
 /// The largest stray message the drain will buffer; longer ones are truncated and dropped.
 pub const STRAY_MAX_LEN: usize = 1 << 20;
+/// Control frames a peer may send on a connection before this side's endpoint has finished
+/// wiring up (U1): they wait, in order, and are handled once it has. An honest peer sends one
+/// HELLO and at most a few ANNOUNCE/WITHDRAW frames in that window; a peer that sends more is
+/// cut off ([`NodeStats::early_overflows`]).
+pub const EARLY_FRAMES_MAX: usize = 64;
+/// The bytes of control frames that may wait for wire-up on one connection (see
+/// [`EARLY_FRAMES_MAX`]).
+pub const EARLY_BYTES_MAX: usize = 64 * 1024;
 
 /// A library's handle inside one node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -202,6 +210,12 @@ pub struct NodeStats {
     pub am_dropped: u64,
     /// Endpoints that failed (UCX peer error handling).
     pub endpoint_failures: u64,
+    /// Connections cut off because the peer sent more control frames than may wait for
+    /// wire-up ([`EARLY_FRAMES_MAX`], [`EARLY_BYTES_MAX`]).
+    pub early_overflows: u64,
+    /// Operations failed by tagspace because their peer failed, while UCX still held their
+    /// requests (D3): their buffers are kept until UCX lets the requests go.
+    pub failed_by_peer_down: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -216,12 +230,25 @@ enum ConnState {
     Down(Option<UcxError>),
 }
 
+/// Whether a new endpoint may be sent on yet (U1).
+enum Wire {
+    /// The first flush has not completed: UCX may still be on its wire-up lane, and a send
+    /// posted now can be replayed onto the final lane in a form it rejects (openucx/ucx#6872).
+    Flushing(Request),
+    /// Wired up: sends go out as they come.
+    Ready,
+}
+
 struct Conn {
     ep: Option<Endpoint>,
     key: EpKey,
     session: Box<Session<CAP>>,
     state: ConnState,
     told_up: bool,
+    wire: Wire,
+    /// Control frames that arrived before wire-up finished, handled in order once it has.
+    early: VecDeque<Vec<u8>>,
+    early_bytes: usize,
     /// Control frames UCX has not finished sending on this endpoint.
     ctl_inflight: Vec<Request>,
     /// The peer's route for each library (indexed by `LibId`), so the send path does not search
@@ -231,12 +258,12 @@ struct Conn {
     routes: Vec<Option<Route>>,
 }
 
-/// An endpoint being closed: closed only once every request on it has finished (UCX 1.13.1
-/// asserts when an endpoint is disconnected with requests still on it).
+/// An endpoint being closed in order: closed only once every request on it has finished (UCX
+/// 1.13.1 asserts when an endpoint is disconnected with requests still on it). A failed
+/// endpoint is not closed this way: its requests may never finish (see `Node::fail_ep`).
 struct Closing {
     key: EpKey,
     ep: Endpoint,
-    force: bool,
     waits: Vec<Request>,
 }
 
@@ -274,6 +301,9 @@ enum Op {
     Receiving {
         lib: LibId,
         req: Request,
+        /// The peer the library said the message comes from ([`Node::recv_from`]): the
+        /// receive fails when that peer goes down.
+        from: Option<u64>,
     },
     Done(Result<Option<Vec<u8>>, NodeError>),
 }
@@ -558,15 +588,30 @@ impl Node {
     }
 
     fn add_conn(&mut self, ep: Endpoint, role: Role) {
+        // U1: nothing is sent until the endpoint's first flush has completed.
+        let (wire, state) = match ep.flush() {
+            Ok(Started::Pending(r)) => (Wire::Flushing(r), ConnState::Open),
+            Ok(Started::Done(())) => (Wire::Ready, ConnState::Open),
+            Err(e) => {
+                tracing::warn!(error = %e, "flushing a new endpoint failed");
+                (Wire::Ready, ConnState::Down(Some(e)))
+            }
+        };
         self.conns.push(Conn {
             key: ep.key(),
             ep: Some(ep),
             session: Box::new(Session::new(role, self.token, self.registry.layout())),
-            state: ConnState::Open,
+            state,
             told_up: false,
+            wire,
+            early: VecDeque::new(),
+            early_bytes: 0,
             ctl_inflight: Vec::new(),
             routes: Vec::new(),
         });
+        if let ConnState::Down(Some(e)) = state {
+            self.fail_ep(self.conns.len() - 1, e);
+        }
     }
 
     /// Hostile-peer hook for tests: sends raw bytes as a control frame to `peer`.
@@ -712,12 +757,58 @@ impl Node {
 
     /// Posts an exact receive for `payload` in `lib`'s namespace (full mask, D1) for a message
     /// of at most `max_len` bytes (a longer one fails with `UCS_ERR_MESSAGE_TRUNCATED`).
+    ///
+    /// The receive is not tied to a peer: if the sender dies it may never finish (UCX cannot
+    /// cancel a receive already matched to a dead peer's rendezvous). Use
+    /// [`recv_from`](Self::recv_from) when the sender is known.
     pub fn recv(&mut self, lib: LibId, payload: u64, max_len: usize) -> OpId {
+        self.post(lib, None, payload, max_len)
+    }
+
+    /// Like [`recv`](Self::recv), for a message the library expects from `peer` (D3): when
+    /// `peer` goes down, the receive finishes with [`NodeError::PeerDown`] —
+    /// * at once if its connection *failed* (UCX's peer error handling), including a receive
+    ///   already matched to that peer's rendezvous, which UCX would otherwise leave in progress
+    ///   for ever; its buffer stays with UCX until UCX lets the request go;
+    /// * if the peer *closed* its connection in order, the receive is cancelled the UCX way:
+    ///   one already matched still completes with its data, one not yet matched finishes with
+    ///   `PeerDown { cause: None }`.
+    ///
+    /// A receive posted for a peer that has already failed fails at once. tagspace does not
+    /// filter by sender: the tag decides which message matches (as in UCX), `peer` only says
+    /// whose failure ends the wait. Receives of other peers are never touched, and
+    /// [`cancel`](Self::cancel) keeps UCX's meaning for every receive.
+    pub fn recv_from(&mut self, lib: LibId, peer: u64, payload: u64, max_len: usize) -> OpId {
+        if let Some(cause @ Some(_)) = self.failed_peer(peer) {
+            let r = self.finish(lib, Err(NodeError::PeerDown { peer, cause }), false);
+            return self.new_op(r);
+        }
+        self.post(lib, Some(peer), payload, max_len)
+    }
+
+    fn post(&mut self, lib: LibId, from: Option<u64>, payload: u64, max_len: usize) -> OpId {
         let op = match self.post_recv(lib, payload, max_len) {
-            Ok(req) => Op::Receiving { lib, req },
+            Ok(req) => Op::Receiving { lib, req, from },
             Err(e) => self.finish(lib, Err(e), false),
         };
         self.new_op(op)
+    }
+
+    /// `Some(cause)` when `peer` has no open connection and one to it went down (`cause` is
+    /// UCX's error for a failure, `None` for an orderly close).
+    fn failed_peer(&self, peer: u64) -> Option<Option<UcxError>> {
+        if self.live_connections_to(peer) > 0 {
+            return None;
+        }
+        let mut closed = None;
+        for c in &self.conns {
+            match c.state {
+                ConnState::Down(Some(e)) if c.peer() == Some(peer) => return Some(Some(e)),
+                ConnState::Down(None) if c.peer() == Some(peer) => closed = Some(None),
+                _ => {}
+            }
+        }
+        closed
     }
 
     fn post_recv(
@@ -738,7 +829,11 @@ impl Node {
         let m = self.lib(lib)?.ns.inbox_matcher();
         match self.worker.tag_probe_take(m.tag(), m.mask(), max_len)? {
             None => Ok(None),
-            Some((_, req)) => Ok(Some(self.new_op(Op::Receiving { lib, req }))),
+            Some((_, req)) => Ok(Some(self.new_op(Op::Receiving {
+                lib,
+                req,
+                from: None,
+            }))),
         }
     }
 
@@ -811,8 +906,16 @@ impl Node {
                 None => Op::Sending { lib, req, conn },
                 Some(r) => self.finish(lib, r.map(|_| None).map_err(NodeError::from), true),
             },
-            Op::Receiving { lib, mut req } => match req.test() {
-                None => Op::Receiving { lib, req },
+            Op::Receiving { lib, mut req, from } => match req.test() {
+                None => Op::Receiving { lib, req, from },
+                Some(Err(e)) if e.status == crate::ucp::Status::CANCELED => {
+                    // Cancelled because its peer closed (see `recv_from`), or by the library.
+                    let e = match from.and_then(|p| Some((p, self.failed_peer(p)?))) {
+                        Some((peer, cause)) => NodeError::PeerDown { peer, cause },
+                        None => e.into(),
+                    };
+                    self.finish(lib, Err(e), false)
+                }
                 Some(Ok(Completion::Received { data, .. })) => {
                     self.finish(lib, Ok(Some(data)), false)
                 }
@@ -861,16 +964,11 @@ impl Node {
         let i = match self.conn_index(peer) {
             Ok(i) => i,
             Err(_) => {
-                // A connection to this peer that failed: fail now (D3). Otherwise it may still
-                // be handshaking: wait, like for a name not yet announced.
-                let failed = self.conns.iter().find_map(|c| match c.state {
-                    ConnState::Down(cause) if c.peer() == Some(peer) => Some(cause),
-                    _ => None,
-                });
-                let open = self.live_connections_to(peer) > 0;
-                return match failed {
-                    Some(cause) if !open => Err(NodeError::PeerDown { peer, cause }),
-                    _ => Ok(Sent::NoConnection(data)),
+                // A connection to this peer that went down: fail now (D3). Otherwise it may
+                // still be handshaking: wait, like for a name not yet announced.
+                return match self.failed_peer(peer) {
+                    Some(cause) => Err(NodeError::PeerDown { peer, cause }),
+                    None => Ok(Sent::NoConnection(data)),
                 };
             }
         };
@@ -919,6 +1017,7 @@ impl Node {
             busy = true;
             self.reindex();
         }
+        busy |= self.poll_wireup();
         while let Some(am) = self.worker.take_am() {
             busy = true;
             self.on_am(am);
@@ -960,6 +1059,13 @@ impl Node {
     }
 
     fn on_ep_error(&mut self, key: EpKey, e: UcxError) {
+        if let Some(j) = self.closing.iter().position(|c| c.key == key) {
+            // Failed while being closed in order: stop waiting for its requests.
+            let c = self.closing.swap_remove(j);
+            tracing::debug!(error = %e, "endpoint failed while closing");
+            self.abandon_ep(c.key, c.ep, c.waits, None, e);
+            return;
+        }
         let Some(i) = self
             .conns
             .iter()
@@ -969,7 +1075,7 @@ impl Node {
         };
         if matches!(self.conns[i].state, ConnState::Superseded { .. }) {
             // The peer closed its side of a superseded connection: expected, not a failure.
-            self.retire_ep(i, true);
+            self.fail_ep(i, e);
             return;
         }
         self.stats.endpoint_failures += 1;
@@ -977,15 +1083,139 @@ impl Node {
         tracing::warn!(peer = ?peer, error = %e, "endpoint failed");
         let was_open = self.conns[i].state == ConnState::Open;
         self.conns[i].state = ConnState::Down(Some(e));
-        self.retire_ep(i, true);
+        self.fail_ep(i, e);
         if let (true, Some(peer)) = (was_open, peer) {
             if self.conns[i].told_up && self.live_connections_to(peer) == 0 {
-                self.tell_libs(PeerEvent::Down {
-                    peer,
-                    cause: Some(e),
-                });
+                self.peer_gone(peer, Some(e));
             }
         }
+    }
+
+    /// D3 for one failed endpoint: every send on it fails now (UCX may keep a failed
+    /// endpoint's requests in progress for ever — a shared-memory lane to a dead peer is never
+    /// discarded), and the endpoint is force-closed at once.
+    fn fail_ep(&mut self, i: usize, e: UcxError) {
+        let c = &mut self.conns[i];
+        let waits = std::mem::take(&mut c.ctl_inflight);
+        if let Wire::Flushing(_) = c.wire {
+            c.wire = Wire::Ready;
+        }
+        c.early.clear();
+        let (key, peer) = (c.key, c.peer());
+        if let Some(ep) = c.ep.take() {
+            self.abandon_ep(key, ep, waits, peer, e);
+        }
+    }
+
+    fn abandon_ep(
+        &mut self,
+        key: EpKey,
+        ep: Endpoint,
+        waits: Vec<Request>,
+        peer: Option<u64>,
+        e: UcxError,
+    ) {
+        let peer = peer.unwrap_or(0);
+        let doomed: Vec<OpId> = self
+            .ops
+            .iter()
+            .filter(|(_, op)| matches!(op, Op::Sending { conn, .. } if *conn == key))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in doomed {
+            if let Some(Op::Sending { lib, mut req, .. }) = self.ops.remove(&id) {
+                let r = match req.test() {
+                    Some(Ok(_)) => Ok(None),
+                    Some(Err(_)) => Err(NodeError::PeerDown {
+                        peer,
+                        cause: Some(e),
+                    }),
+                    None => {
+                        // Dropping an unfinished request parks it, with its buffer, on the
+                        // worker until UCX completes it.
+                        self.stats.failed_by_peer_down += 1;
+                        Err(NodeError::PeerDown {
+                            peer,
+                            cause: Some(e),
+                        })
+                    }
+                };
+                let done = self.finish(lib, r, true);
+                self.ops.insert(id, done);
+            }
+        }
+        drop(waits);
+        // Dropping the close request leaves it to UCX (it frees it when done).
+        drop(ep.close(true));
+    }
+
+    /// `peer` has no connection left: tell the listening libraries, and end the receives that
+    /// said they wait for it ([`Node::recv_from`]).
+    fn peer_gone(&mut self, peer: u64, cause: Option<UcxError>) {
+        self.tell_libs(PeerEvent::Down { peer, cause });
+        let waiting: Vec<OpId> = self
+            .ops
+            .iter()
+            .filter(|(_, op)| matches!(op, Op::Receiving { from: Some(p), .. } if *p == peer))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in waiting {
+            if cause.is_none() {
+                // Orderly close: UCX's cancel (a matched receive still completes).
+                if let Some(Op::Receiving { req, .. }) = self.ops.get(&id) {
+                    req.cancel();
+                }
+                continue;
+            }
+            if let Some(Op::Receiving { lib, mut req, .. }) = self.ops.remove(&id) {
+                let r = match req.test() {
+                    Some(Ok(Completion::Received { data, .. })) => Ok(Some(data)),
+                    Some(Ok(Completion::Sent(_))) => Ok(None),
+                    Some(Err(_)) => Err(NodeError::PeerDown { peer, cause }),
+                    None => {
+                        // Still in progress (possibly matched to the dead peer's rendezvous):
+                        // dropping cancels it and parks it, with its buffer, until UCX is done.
+                        self.stats.failed_by_peer_down += 1;
+                        Err(NodeError::PeerDown { peer, cause })
+                    }
+                };
+                let done = self.finish(lib, r, false);
+                self.ops.insert(id, done);
+            }
+        }
+    }
+
+    /// U1: completes the first flush of new endpoints; once one has, the control frames that
+    /// waited for it are handled in order and its own frames may go out.
+    fn poll_wireup(&mut self) -> bool {
+        let mut busy = false;
+        for i in 0..self.conns.len() {
+            let Wire::Flushing(req) = &mut self.conns[i].wire else {
+                continue;
+            };
+            match req.test() {
+                None => continue,
+                Some(Ok(_)) => {
+                    busy = true;
+                    self.conns[i].wire = Wire::Ready;
+                    let early = std::mem::take(&mut self.conns[i].early);
+                    self.conns[i].early_bytes = 0;
+                    for frame in early {
+                        self.on_control_at(i, &frame);
+                    }
+                    self.reindex();
+                }
+                Some(Err(e)) => {
+                    busy = true;
+                    self.conns[i].wire = Wire::Ready;
+                    tracing::warn!(error = %e, "a new endpoint failed while wiring up");
+                    let key = self.conns[i].key;
+                    self.on_ep_error(key, e);
+                    self.reindex();
+                }
+            }
+        }
+        busy
     }
 
     fn on_am(&mut self, am: crate::ucp::AmMessage) {
@@ -1030,6 +1260,27 @@ impl Node {
             tracing::warn!("control frame from an unknown endpoint dropped");
             return;
         };
+        let c = &mut self.conns[i];
+        if c.state == ConnState::Open && matches!(c.wire, Wire::Flushing(_)) {
+            // U1: handled once this side can answer; bounded (D5).
+            if c.early.len() >= EARLY_FRAMES_MAX || c.early_bytes + bytes.len() > EARLY_BYTES_MAX {
+                tracing::warn!(
+                    frames = c.early.len(),
+                    bytes = c.early_bytes,
+                    "peer sent too many control frames before wire-up; closing its connection"
+                );
+                self.stats.early_overflows += 1;
+                self.close_conn(i, ConnState::Down(None));
+                return;
+            }
+            c.early_bytes += bytes.len();
+            c.early.push_back(bytes.to_vec());
+            return;
+        }
+        self.on_control_at(i, bytes);
+    }
+
+    fn on_control_at(&mut self, i: usize, bytes: &[u8]) {
         if self.conns[i].state != ConnState::Open {
             return;
         }
@@ -1071,22 +1322,21 @@ impl Node {
         let peer = self.conns[i].peer();
         let told = self.conns[i].told_up;
         self.conns[i].state = state;
-        self.retire_ep(i, false);
+        self.retire_ep(i);
         if let (true, Some(peer), ConnState::Down(cause)) = (told, peer, state) {
             if self.live_connections_to(peer) == 0 {
-                self.tell_libs(PeerEvent::Down { peer, cause });
+                self.peer_gone(peer, cause);
             }
         }
     }
 
     /// Takes the endpoint out of service; it is closed once its requests have finished.
-    fn retire_ep(&mut self, i: usize, force: bool) {
+    fn retire_ep(&mut self, i: usize) {
         let c = &mut self.conns[i];
         if let Some(ep) = c.ep.take() {
             self.closing.push(Closing {
                 key: c.key,
                 ep,
-                force,
                 waits: std::mem::take(&mut c.ctl_inflight),
             });
         }
@@ -1108,7 +1358,7 @@ impl Node {
             c.waits.retain_mut(|r| r.test().is_none());
             if c.waits.is_empty() && !busy.contains(&c.key) {
                 let c = self.closing.swap_remove(i);
-                if let Some(r) = c.ep.close(c.force) {
+                if let Some(r) = c.ep.close(false) {
                     self.background.push(r);
                 }
             } else {
@@ -1156,7 +1406,7 @@ impl Node {
             if matches!(c.state, ConnState::Superseded { until_ms } if now >= until_ms)
                 && c.ep.is_some()
             {
-                self.retire_ep(i, false);
+                self.retire_ep(i);
             }
         }
     }
@@ -1164,7 +1414,7 @@ impl Node {
     fn flush_conn(&mut self, i: usize) -> bool {
         let mut sent = false;
         let c = &mut self.conns[i];
-        let Some(ep) = c.ep.as_ref() else {
+        let (Some(ep), Wire::Ready) = (c.ep.as_ref(), &c.wire) else {
             return false;
         };
         while let Ok(Some(n)) = c.session.poll_transmit(self.registry, &mut self.buf) {
@@ -1226,7 +1476,7 @@ impl Node {
                 self.flush_conn(i);
                 self.close_conn(i, ConnState::Down(None));
             } else if matches!(self.conns[i].state, ConnState::Superseded { .. }) {
-                self.retire_ep(i, false);
+                self.retire_ep(i);
             }
         }
         let start = Instant::now();

@@ -578,6 +578,7 @@ enum Kind {
     Send,
     Recv,
     Close,
+    Flush,
 }
 
 /// An operation in flight. Poll it with [`test`](Self::test) after progressing the worker.
@@ -645,6 +646,7 @@ impl Request {
             Kind::Send => "send",
             Kind::Recv => "receive",
             Kind::Close => "endpoint close",
+            Kind::Flush => "endpoint flush",
         };
         if !status.is_ok() {
             return Some(Err(UcxError { op, status }));
@@ -693,7 +695,7 @@ impl Drop for Request {
             self.cancel();
         }
         if self.buf.is_none() {
-            // No memory of ours in it (an endpoint close): UCX frees it when it finishes.
+            // No memory of ours in it (a close or flush): UCX frees it when it finishes.
             // SAFETY: a live request, released once.
             unsafe { sys::ucp_request_free(self.raw) };
             return;
@@ -863,6 +865,23 @@ impl Endpoint {
         Ok(match started(p, "ucp_am_send_nbx")? {
             None => Started::Done(data),
             Some(raw) => Started::Pending(Request::new(&self.worker, raw, Kind::Send, Some(data))),
+        })
+    }
+
+    /// Flushes the endpoint: the returned request (if any) completes once every operation
+    /// started on it before has completed remotely — and, on a new endpoint, once its wire-up
+    /// has finished. `Started::Done` when there was nothing to wait for.
+    ///
+    /// tagspace waits for this on every new endpoint before its first send: a send posted while
+    /// UCX still uses the temporary wire-up lane is planned for that lane and replayed unchanged
+    /// on the final one, which breaks shared memory (openucx/ucx#6872, fixed in UCX 1.15).
+    pub fn flush(&self) -> Result<Started<()>, UcxError> {
+        let param = request_param(0);
+        // SAFETY: raw is a live endpoint; no buffer is involved.
+        let p = unsafe { sys::ucp_ep_flush_nbx(self.raw, &param) };
+        Ok(match started(p, "ucp_ep_flush_nbx")? {
+            None => Started::Done(()),
+            Some(raw) => Started::Pending(Request::new(&self.worker, raw, Kind::Flush, None)),
         })
     }
 
