@@ -4,8 +4,22 @@
 
 use std::process::Command;
 
+/// Runs the demo binary. `TAGSPACE_DEMO_UCX_LIB`, when set, replaces the loader path the demo
+/// gets (empty: none, so the system's libucp loads), and `TAGSPACE_DEMO_UCX_VERSION`, when set,
+/// must be the version it reports loading: `scripts/ucx-matrix.sh` runs these tests against
+/// each supported UCX that way. Otherwise it loads what cargo put on the path (ucx1-sys's build).
 fn demo(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_tagspace-demo"))
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tagspace-demo"));
+    match std::env::var("TAGSPACE_DEMO_UCX_LIB") {
+        Ok(lib) if lib.is_empty() => {
+            cmd.env_remove("LD_LIBRARY_PATH");
+        }
+        Ok(lib) => {
+            cmd.env("LD_LIBRARY_PATH", lib);
+        }
+        Err(_) => {}
+    }
+    let out = cmd
         .args(["--messages", "40"])
         .args(args)
         .output()
@@ -17,6 +31,12 @@ fn demo(args: &[&str]) -> String {
         "tagspace-demo {args:?} failed\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
     );
     assert!(stdout.contains("OK: every message"), "{stdout}");
+    if let Ok(v) = std::env::var("TAGSPACE_DEMO_UCX_VERSION") {
+        assert!(
+            stdout.contains(&format!("UCX {v} loaded")),
+            "expected UCX {v}: {stdout}"
+        );
+    }
     stdout
 }
 
@@ -56,12 +76,36 @@ fn malformed_control_bytes() {
     demo(&["--procs", "4", "--hostile", "1"]);
 }
 
-/// The same exchange over shared memory. Two processes: with more, UCX's connection manager
-/// sometimes never finishes wiring up shared-memory endpoints (always at 4, under load at 3; see
-/// the README's known limits).
+/// The same exchange over shared memory with four processes. Every process accepts
+/// connections, and a send posted on an accepted endpoint before its wire-up finished broke
+/// shared memory on UCX < 1.15 (openucx/ucx#6872): this failed every time before tagspace
+/// waited for each new endpoint's first flush (U1).
 #[test]
 fn shared_memory() {
-    demo(&["--procs", "2", "--transport", "shm"]);
+    demo(&["--procs", "4", "--transport", "shm"]);
+}
+
+/// kill -9 over shared memory: operations that can only finish through the dead peer end with
+/// `PeerDown` (UCX leaves a dead peer's rendezvous requests in progress when its shared-memory
+/// FIFO is full, D3), and the survivors finish exactly once.
+#[test]
+fn shared_memory_kill_one_peer() {
+    let out = demo(&["--procs", "4", "--transport", "shm", "--kill", "1"]);
+    assert!(out.contains("process 1 killed (SIGKILL)"), "{out}");
+}
+
+/// A DGX-class node: eight processes, over shared memory and over TCP.
+#[test]
+fn eight_processes() {
+    demo(&["--procs", "8", "--transport", "shm"]);
+    demo(&["--procs", "8", "--transport", "tcp"]);
+}
+
+/// Simultaneous connect and a hostile peer over shared memory.
+#[test]
+fn shared_memory_simultaneous_and_hostile() {
+    demo(&["--procs", "4", "--transport", "shm", "--simultaneous"]);
+    demo(&["--procs", "4", "--transport", "shm", "--hostile", "2"]);
 }
 
 /// Bad arguments get a clear message and exit status 2.

@@ -46,7 +46,7 @@ pub fn main() -> ExitCode {
 }
 
 const USAGE: &str = "usage: tagspace-demo [--procs N] [--messages M] [--transport tcp|shm] \
-[--simultaneous] [--kill K] [--hostile H]";
+[--simultaneous] [--kill K] [--hostile H] [--hosts N --spawn-via CMD [--cut-link CMD]]";
 
 #[derive(Clone, Debug)]
 struct Opts {
@@ -57,6 +57,17 @@ struct Opts {
     kill: Option<usize>,
     hostile: Option<usize>,
     peer_index: Option<usize>,
+    /// Emulated hosts: process i runs on host `i * hosts / procs` (see `scripts/two-hosts.sh`).
+    hosts: usize,
+    /// Parent: each child is started as `sh -c 'CMD "$@"' - HOST EXE ARGS…`, so that CMD can
+    /// put it in its host's namespaces and append `--listen IP`.
+    spawn_via: Option<String>,
+    /// Parent: a shell command that cuts the link between the hosts, run when process 0 is
+    /// halfway through its sends. Children get `--expect-cut`.
+    cut_link: Option<String>,
+    expect_cut: bool,
+    /// Child: the address to listen on (default 127.0.0.1).
+    listen: Option<std::net::IpAddr>,
 }
 
 impl Opts {
@@ -69,6 +80,11 @@ impl Opts {
             kill: None,
             hostile: None,
             peer_index: None,
+            hosts: 1,
+            spawn_via: None,
+            cut_link: None,
+            expect_cut: false,
+            listen: None,
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -85,6 +101,21 @@ impl Opts {
                 "--hostile" => o.hostile = Some(num("--hostile")?),
                 "--peer" => o.peer_index = Some(num("--peer")?),
                 "--simultaneous" => o.simultaneous = true,
+                "--hosts" => o.hosts = num("--hosts")?,
+                "--spawn-via" => {
+                    o.spawn_via = Some(it.next().ok_or("--spawn-via needs a command")?.clone())
+                }
+                "--cut-link" => {
+                    o.cut_link = Some(it.next().ok_or("--cut-link needs a command")?.clone())
+                }
+                "--expect-cut" => o.expect_cut = true,
+                "--listen" => {
+                    let ip = it.next().ok_or("--listen needs an IP address")?;
+                    o.listen = Some(
+                        ip.parse()
+                            .map_err(|_| format!("--listen: bad IP address {ip:?}"))?,
+                    );
+                }
                 "--transport" => {
                     o.transport = it.next().ok_or("--transport needs tcp or shm")?.clone();
                     if o.transport != "tcp" && o.transport != "shm" {
@@ -99,6 +130,15 @@ impl Opts {
         }
         if o.messages == 0 || o.messages > 100_000 {
             return Err("--messages must be 1..=100000".into());
+        }
+        if o.hosts == 0 || o.hosts > o.procs {
+            return Err("--hosts must be 1..=procs".into());
+        }
+        if o.hosts > 1 && o.spawn_via.is_none() && o.peer_index.is_none() {
+            return Err("--hosts needs --spawn-via (see scripts/two-hosts.sh)".into());
+        }
+        if o.cut_link.is_some() && (o.hosts < 2 || o.kill.is_some() || o.hostile.is_some()) {
+            return Err("--cut-link needs --hosts 2 or more, without --kill or --hostile".into());
         }
         for (k, v) in [("--kill", o.kill), ("--hostile", o.hostile)] {
             if v.is_some_and(|v| v >= o.procs) {
@@ -123,7 +163,21 @@ impl Opts {
         if let Some(h) = self.hostile {
             v.extend(["--hostile".into(), h.to_string()]);
         }
+        v.extend(["--hosts".into(), self.hosts.to_string()]);
+        if self.cut_link.is_some() {
+            v.push("--expect-cut".into());
+        }
         v
+    }
+
+    /// The emulated host process `i` runs on.
+    fn host_of(&self, i: usize) -> usize {
+        i * self.hosts / self.procs
+    }
+
+    /// Whether `a` and `b` can still talk at the end (not cut apart by `--cut-link`).
+    fn linked(&self, a: usize, b: usize) -> bool {
+        !(self.cut_link.is_some() || self.expect_cut) || self.host_of(a) == self.host_of(b)
     }
 
     fn ucx(&self) -> Config {
@@ -215,7 +269,11 @@ fn stdin_lines() -> mpsc::Receiver<String> {
 fn peer(o: &Opts) -> Result<(), String> {
     let me = o.peer_index.unwrap_or(0);
     let input = stdin_lines();
-    let mut node = Node::new(NodeConfig::loopback(o.ucx())).map_err(|e| e.to_string())?;
+    let mut cfg = NodeConfig::loopback(o.ucx());
+    if let Some(ip) = o.listen {
+        cfg.listen = Some(SocketAddr::new(ip, 0));
+    }
+    let mut node = Node::new(cfg).map_err(|e| e.to_string())?;
     // Each process registers the three libraries in a different order.
     let mut order: Vec<usize> = (0..LIBS.len()).collect();
     order.rotate_left(me % LIBS.len());
@@ -392,12 +450,9 @@ fn peer(o: &Opts) -> Result<(), String> {
                         "peer {me}: process {i} went down ({})",
                         cause.map_or("closed".to_string(), |e| e.to_string())
                     );
+                    // Its receives (posted with `recv_from`) fail with PeerDown by themselves.
                     dead.insert(i);
-                    for (op, &(_, src, _)) in &recvs {
-                        if src == i {
-                            node.cancel(*op);
-                        }
-                    }
+                    println!("DOWN {i} {}", now_ns());
                 }
             }
         }
@@ -474,7 +529,12 @@ fn peer(o: &Opts) -> Result<(), String> {
                     continue;
                 }
                 for s in 0..n {
-                    let op = node.recv(libs[k], ((src as u64) << 32) | s as u64, LARGE);
+                    let op = node.recv_from(
+                        libs[k],
+                        token_of(src),
+                        ((src as u64) << 32) | s as u64,
+                        LARGE,
+                    );
                     recvs.insert(op, (k, src, s));
                 }
             }
@@ -541,7 +601,13 @@ fn peer(o: &Opts) -> Result<(), String> {
             .all(|&i| (0..NL).all(|k| begun.contains(&(i, k))));
         let legacy_done = legacy_got.len() >= LEGACY_PER_PEER * live.len();
         let strays_in = node.stray_for(STRAY_ID as u16) >= (STRAYS_PER_PEER * live.len()) as u64;
+        // Cut apart from the other host: also wait until every peer there is known down.
+        let cut_seen = !o.expect_cut
+            || others
+                .iter()
+                .all(|p| o.linked(me, p.index) || dead.contains(&p.index));
         if queue.is_empty()
+            && cut_seen
             && sends.is_empty()
             && all_begun
             && recvs.is_empty()
@@ -666,6 +732,8 @@ struct Report {
     ctrl: u64,
     ids: String,
     done: bool,
+    /// Peer index → when this process heard it went down (monotonic ns).
+    down: HashMap<usize, u64>,
 }
 
 fn parent(o: &Opts) -> Result<(), String> {
@@ -681,7 +749,17 @@ fn parent(o: &Opts) -> Result<(), String> {
     for i in 0..o.procs {
         let mut args = o.to_args();
         args.extend(["--peer".into(), i.to_string()]);
-        let mut child = Command::new(&exe)
+        let mut cmd = match &o.spawn_via {
+            None => Command::new(&exe),
+            Some(via) => {
+                let mut c = Command::new("sh");
+                c.args(["-c", &format!("{via} \"$@\""), "-"])
+                    .arg(o.host_of(i).to_string())
+                    .arg(&exe);
+                c
+            }
+        };
+        let mut child = cmd
             .args(&args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -746,6 +824,7 @@ fn run_parent(
     let mut addrs: Vec<Option<String>> = vec![None; o.procs];
     let deadline = Instant::now() + TIMEOUT + Duration::from_secs(30);
     let mut killed = false;
+    let mut cut_at: Option<u64> = None;
     let mut closed = vec![false; o.procs];
     loop {
         let live_done = (0..o.procs).all(|i| Some(i) == o.kill || reports[i].done);
@@ -778,6 +857,27 @@ fn run_parent(
                             writeln!(stdin, "{msg}").map_err(|e| e.to_string())?;
                         }
                     }
+                }
+            }
+            Some("MID") if i == 0 && cut_at.is_none() && o.cut_link.is_some() => {
+                let cmd = o.cut_link.as_deref().unwrap_or_default();
+                let t = now_ns();
+                let st = Command::new("sh")
+                    .args(["-c", cmd])
+                    .status()
+                    .map_err(|e| format!("--cut-link: {e}"))?;
+                if !st.success() {
+                    return Err(format!("--cut-link command failed: {cmd}"));
+                }
+                cut_at = Some(t);
+                println!("link between the hosts cut ({cmd}) while process 0 was halfway through its sends");
+            }
+            Some("DOWN") => {
+                let nums: Vec<u64> = w.filter_map(|s| s.parse().ok()).collect();
+                if let [p, t] = nums[..] {
+                    reports[i]
+                        .down
+                        .insert(p as usize, t.saturating_sub(cut_at.unwrap_or(t)));
                 }
             }
             Some("MID") if Some(i) == o.kill && !killed => {
@@ -937,6 +1037,30 @@ fn verdict(o: &Opts, reports: &[Report]) -> Result<(), String> {
         }
     }
     let m = o.messages as u64;
+    if o.cut_link.is_some() {
+        let mut delays = Vec::new();
+        for &a in &survivors {
+            for &b in &survivors {
+                match (o.linked(a, b), reports[a].down.get(&b)) {
+                    (true, Some(_)) if a != b => {
+                        problems.push(format!("{a} saw {b} go down, but they share a host"))
+                    }
+                    (false, None) => {
+                        problems.push(format!("{a} never saw {b} go down after the cut"))
+                    }
+                    (false, Some(&d)) => delays.push(d / 1_000_000),
+                    _ => {}
+                }
+            }
+        }
+        delays.sort_unstable();
+        if let (Some(lo), Some(hi)) = (delays.first(), delays.last()) {
+            println!(
+                "link cut → PeerDown, per process and peer across the cut: {} reports, {lo}..{hi} ms",
+                delays.len()
+            );
+        }
+    }
     for &a in &survivors {
         for &b in &survivors {
             if a == b {
@@ -945,6 +1069,14 @@ fn verdict(o: &Opts, reports: &[Report]) -> Result<(), String> {
             for (k, lib) in LIBS.iter().enumerate() {
                 let s = reports[a].sent.get(&(b, k)).copied().unwrap_or(0);
                 let r = reports[b].recv.get(&(a, k)).copied().unwrap_or(0);
+                if !o.linked(a, b) {
+                    // Cut apart mid-stream: losses are expected (a send can even fail after
+                    // its data arrived), duplicates never (those would show as leftovers).
+                    if r > m {
+                        problems.push(format!("{lib}: {a}->{b} received {r} of {m}"));
+                    }
+                    continue;
+                }
                 if s != m + 1 || r != m {
                     problems.push(format!(
                         "{lib}: {a}->{b} sent {s} (want {}), received {r} (want {m})",
@@ -959,12 +1091,16 @@ fn verdict(o: &Opts, reports: &[Report]) -> Result<(), String> {
                 ));
             }
         }
-        let want_legacy = (LEGACY_PER_PEER * (survivors.len() - 1)) as u64;
+        let linked = survivors
+            .iter()
+            .filter(|&&b| b != a && o.linked(a, b))
+            .count();
+        let want_legacy = (LEGACY_PER_PEER * linked) as u64;
         let got = reports[a].stat.get("legacy").map_or(0, |v| v[1]);
         if got < want_legacy {
             problems.push(format!("legacy: process {a} got {got} of {want_legacy}"));
         }
-        let want_stray = (STRAYS_PER_PEER * (survivors.len() - 1)) as u64;
+        let want_stray = (STRAYS_PER_PEER * linked) as u64;
         if reports[a].stray < want_stray {
             problems.push(format!(
                 "process {a} drained {} stray messages, want at least {want_stray}",
