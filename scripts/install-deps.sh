@@ -13,6 +13,11 @@ command -v pkg-config >/dev/null || need+=(pkg-config)
 for tool in autoconf automake libtoolize; do
   command -v "$tool" >/dev/null || need+=("${tool/libtoolize/libtool}")
 done
+# iproute2 and util-linux: scripts/two-hosts.sh (ip netns, unshare, nsenter); python3-pip:
+# scripts/ucx-lib.sh fetches the libucx-cu12 wheel (UCX 1.22) for the version matrix.
+command -v ip >/dev/null || need+=(iproute2)
+command -v nsenter >/dev/null || need+=(util-linux)
+python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 for pkg in libclang-dev libucx-dev ucx-utils; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done

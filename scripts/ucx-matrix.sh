@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs the demo and the multi-process tests against each supported UCX and says which version
+# each run loaded: 1.12.1 (ucx1-sys's build), the system's (Debian 12: 1.13.1), and a current
+# release with the upstream fixes (PyPI's libucx-cu12 wheel, 1.22.0).
+#   scripts/ucx-matrix.sh [bundled|system|wheel ...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+versions=("$@")
+[ ${#versions[@]} -gt 0 ] || versions=(bundled system wheel)
+cargo build --release -q -p tagspace-ucx --bin tagspace-demo
+cargo test -q -p tagspace-ucx --test multiprocess --no-run 2>/dev/null
+for v in "${versions[@]}"; do
+  lib=$(scripts/ucx-lib.sh "$v")
+  echo
+  echo "==> UCX: $v${lib:+ (LD_LIBRARY_PATH=$lib)}"
+  run_demo() {
+    if [ -n "$lib" ]; then
+      LD_LIBRARY_PATH=$lib target/release/tagspace-demo "$@"
+    else
+      env -u LD_LIBRARY_PATH target/release/tagspace-demo "$@"
+    fi
+  }
+  out=$(run_demo --procs 8 --transport shm --kill 3 2>&1) || { echo "$out"; echo "demo failed with UCX $v"; exit 1; }
+  loaded=$(echo "$out" | sed -n 's/.*UCX \([0-9.]*\) loaded.*/\1/p' | head -n 1)
+  echo "$out" | grep -E "^tagspace demo:|OK: every message"
+  run_demo --procs 8 --transport tcp --simultaneous | grep -E "OK: every message"
+  echo "-- multi-process tests with UCX $loaded"
+  TAGSPACE_DEMO_UCX_LIB=$lib TAGSPACE_DEMO_UCX_VERSION=$loaded \
+    cargo test -q -p tagspace-ucx --test multiprocess 2>&1 | grep -E "^test result|FAILED|panicked" 
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "multi-process tests failed with UCX $loaded"; exit 1; }
+done
+echo
+echo "UCX matrix passed: ${versions[*]}"
