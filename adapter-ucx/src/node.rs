@@ -208,6 +208,8 @@ pub struct NodeStats {
     pub stray: u64,
     /// AMs UCX delivered by rendezvous (tagspace sends eagerly), dropped.
     pub am_dropped: u64,
+    /// AMs on ids nobody here listens on (also counted in `stray`), dropped.
+    pub am_unowned: u64,
     /// Endpoints that failed (UCX peer error handling).
     pub endpoint_failures: u64,
     /// Connections cut off because the peer sent more control frames than may wait for
@@ -391,6 +393,9 @@ impl Node {
         let worker = Worker::new(&cfg.ucx)?;
         let layout = registry.layout();
         let control_am = (CONTROL_ID as u32 * layout.am_ids_per_namespace()) as u16;
+        // No AM id may be left without a handler: on UCX 1.12/1.13 an AM on such an id can
+        // crash the process (see `Worker::guard_am_ids`).
+        worker.guard_am_ids()?;
         worker.set_am_handler(control_am)?;
         let listener = match cfg.listen {
             Some(a) => Some(worker.listen(a)?),
@@ -629,6 +634,8 @@ impl Node {
 
     /// The shared endpoint to `peer`, for code outside tagspace (a legacy library) and for
     /// runtimes that send with their own buffers (see [`route_tag`](Self::route_tag)).
+    /// `None` until the connection is established, which is only after the endpoint's wire-up
+    /// has finished (U1): a send on it is never exposed to openucx/ucx#6872.
     pub fn endpoint_to(&self, peer: u64) -> Option<&Endpoint> {
         self.conn_index(peer)
             .ok()
@@ -637,7 +644,9 @@ impl Node {
 
     /// The fast path: the endpoint to `peer` and the tag for `payload` in `lib`'s namespace
     /// there, for a runtime that sends with [`Endpoint::tag_send`] itself. `Ok(None)` while the
-    /// peer has not announced the name.
+    /// peer has not announced the name; `NoConnection` until the connection is established
+    /// (after the endpoint's wire-up, U1). A send made this way is the caller's: if the peer
+    /// fails, UCX (not tagspace) decides when its request ends.
     pub fn route_tag(
         &self,
         lib: LibId,
@@ -1219,6 +1228,11 @@ impl Node {
     }
 
     fn on_am(&mut self, am: crate::ucp::AmMessage) {
+        if am.unowned {
+            self.stats.am_unowned += 1;
+            self.stats.stray += 1;
+            return;
+        }
         if am.rndv_dropped {
             self.stats.am_dropped += 1;
             return;

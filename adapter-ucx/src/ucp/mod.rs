@@ -186,6 +186,9 @@ pub struct AmMessage {
     pub reply_ep: Option<EpKey>,
     /// The sender used rendezvous; tagspace sends AMs eagerly, so the data was dropped.
     pub rndv_dropped: bool,
+    /// It arrived on an id with no handler of its own ([`Worker::guard_am_ids`]): `id` is
+    /// meaningless and the data was not copied.
+    pub unowned: bool,
 }
 
 #[derive(Default)]
@@ -198,6 +201,8 @@ struct Events {
 struct AmArg {
     events: *const RefCell<Events>,
     id: u16,
+    /// The shared argument of every id without a handler of its own.
+    unowned: bool,
 }
 
 struct Orphan {
@@ -212,6 +217,9 @@ struct WorkerInner {
     orphans: RefCell<Vec<Orphan>>,
     /// Handler arguments by AM id (boxed: UCX keeps their addresses).
     am_args: RefCell<std::collections::HashMap<u16, Box<AmArg>>>,
+    /// The argument of the handler on every id without one of its own, once
+    /// [`Worker::guard_am_ids`] has installed it (boxed: UCX keeps its address).
+    unowned_arg: RefCell<Option<Box<AmArg>>>,
     _ctx: Rc<Context>,
 }
 
@@ -268,6 +276,7 @@ impl Worker {
                 events: Box::new(RefCell::new(Events::default())),
                 orphans: RefCell::new(Vec::new()),
                 am_args: RefCell::new(std::collections::HashMap::new()),
+                unowned_arg: RefCell::new(None),
                 _ctx: ctx,
             }),
         })
@@ -378,15 +387,70 @@ impl Worker {
 
     /// Routes Active Messages with UCX id `id` to [`take_am`](Self::take_am).
     pub fn set_am_handler(&self, id: u16) -> Result<(), UcxError> {
-        self.am_handler(id, Some(am_callback))
+        let events: *const RefCell<Events> = &*self.inner.events;
+        let mut args = self.inner.am_args.borrow_mut();
+        let arg = args.entry(id).or_insert_with(|| {
+            Box::new(AmArg {
+                events,
+                id,
+                unowned: false,
+            })
+        });
+        let ap: *const AmArg = &**arg;
+        // The arg box lives as long as the worker (never removed from `am_args`).
+        self.am_handler(id, Some(am_callback), ap as *mut c_void)
     }
 
-    /// Stops handling `id` (UCX then drops such messages, logging a warning).
+    /// Stops handling `id` as its own: back to the unowned handler after
+    /// [`guard_am_ids`](Self::guard_am_ids), else no handler (UCX then drops such messages,
+    /// logging a warning).
     pub fn clear_am_handler(&self, id: u16) -> Result<(), UcxError> {
-        self.am_handler(id, None)
+        match self.inner.unowned_arg.borrow().as_deref() {
+            Some(arg) => {
+                let ap: *const AmArg = arg;
+                self.am_handler(id, Some(am_callback), ap as *mut c_void)
+            }
+            None => self.am_handler(id, None, ptr::null_mut()),
+        }
     }
 
-    fn am_handler(&self, id: u16, cb: sys::ucp_am_recv_callback_t) -> Result<(), UcxError> {
+    /// Gives every AM id (0..=65535) a handler: ids without one of their own get a shared
+    /// handler that reports them as [`AmMessage::unowned`] without copying the data.
+    ///
+    /// UCX 1.12 and 1.13 grow the worker's handler table to make room for an id and initialise
+    /// only that id's slot (`ucp_worker_set_am_handler_common` initialises `id`, not `i`, in its
+    /// loop); an AM that arrives on another slot below the table's capacity calls a garbage
+    /// pointer — one 8-byte AM from any peer on id 0 crashed a node whose only handler was on
+    /// 256. Reworked upstream in 1.17 (PRs #9415, #9525). Registering the highest id first
+    /// sizes the table once for every id an AM header can carry (a `u16`); filling every slot
+    /// then leaves none uninitialised. Cost: 65 536 slots of UCX's table (about 1.5 MiB per
+    /// worker) and one call per id, once. Call it before any other handler is set (ids with a
+    /// handler of their own keep it).
+    pub fn guard_am_ids(&self) -> Result<(), UcxError> {
+        let arg = Box::new(AmArg {
+            events: &*self.inner.events,
+            id: 0,
+            unowned: true,
+        });
+        let ap: *const AmArg = &*arg;
+        *self.inner.unowned_arg.borrow_mut() = Some(arg);
+        let owned: std::collections::HashSet<u16> =
+            self.inner.am_args.borrow().keys().copied().collect();
+        for id in std::iter::once(u16::MAX).chain(0..u16::MAX) {
+            if !owned.contains(&id) {
+                // The box is kept in `unowned_arg` for the worker's life.
+                self.am_handler(id, Some(am_callback), ap as *mut c_void)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn am_handler(
+        &self,
+        id: u16,
+        cb: sys::ucp_am_recv_callback_t,
+        arg: *mut c_void,
+    ) -> Result<(), UcxError> {
         // SAFETY: zeroed is a valid "no fields" value for this plain C struct.
         let mut p: sys::ucp_am_handler_param_t = unsafe { std::mem::zeroed() };
         p.field_mask = (sys::ucp_am_handler_param_field::UCP_AM_HANDLER_PARAM_FIELD_ID
@@ -397,14 +461,8 @@ impl Worker {
         p.id = id as u32;
         p.flags = sys::ucp_am_cb_flags::UCP_AM_FLAG_WHOLE_MSG.0;
         p.cb = cb;
-        let events: *const RefCell<Events> = &*self.inner.events;
-        let mut args = self.inner.am_args.borrow_mut();
-        let arg = args
-            .entry(id)
-            .or_insert_with(|| Box::new(AmArg { events, id }));
-        let ap: *const AmArg = &**arg;
-        p.arg = ap as *mut c_void;
-        // SAFETY: the arg box lives as long as the worker (never removed from `am_args`).
+        p.arg = arg;
+        // SAFETY: the caller keeps `arg` alive as long as the worker.
         check("ucp_worker_set_am_recv_handler", unsafe {
             sys::ucp_worker_set_am_recv_handler(self.raw(), &p)
         })
@@ -1015,7 +1073,7 @@ unsafe extern "C" fn am_callback(
         let rndv = p.recv_attr & sys::ucp_am_recv_attr_t::UCP_AM_RECV_ATTR_FLAG_RNDV as u64 != 0;
         let reply =
             p.recv_attr & sys::ucp_am_recv_attr_t::UCP_AM_RECV_ATTR_FIELD_REPLY_EP as u64 != 0;
-        let bytes = if rndv || data.is_null() {
+        let bytes = if rndv || data.is_null() || a.unowned {
             Vec::new()
         } else {
             // SAFETY: eager data: `length` bytes valid during the callback.
@@ -1026,6 +1084,7 @@ unsafe extern "C" fn am_callback(
             data: bytes,
             reply_ep: reply.then_some(EpKey(p.reply_ep as usize)),
             rndv_dropped: rndv,
+            unowned: a.unowned,
         });
     });
     sys::ucs_status_t::UCS_OK

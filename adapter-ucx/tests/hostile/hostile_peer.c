@@ -1,0 +1,170 @@
+/*
+ * A hostile peer written on plain libucp — no tagspace in it. It connects to a listener like
+ * any UCX client and sends what an attacker (or a careless library) could send. Used by
+ * adapter-ucx/tests/hostile_peer.rs; built there with the system compiler against the system's
+ * UCX headers (pkg-config ucx).
+ *
+ *   hostile_peer IP PORT am ID[,ID...]   one 8-byte Active Message on each id, with and without
+ *                                        the reply flag
+ *   hostile_peer IP PORT tags N SEED     N eager tag messages with random 64-bit tags
+ *
+ * Exits 0 once everything it sent has completed locally, 1 on a UCX error (printed).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <ucp/api/ucp.h>
+
+static ucp_worker_h worker;
+
+static int wait_req(ucs_status_ptr_t r, const char *what)
+{
+    ucs_status_t s;
+    if (r == NULL) {
+        return 0;
+    }
+    if (UCS_PTR_IS_ERR(r)) {
+        fprintf(stderr, "hostile_peer: %s: %s\n", what, ucs_status_string(UCS_PTR_STATUS(r)));
+        return 1;
+    }
+    do {
+        ucp_worker_progress(worker);
+        s = ucp_request_check_status(r);
+    } while (s == UCS_INPROGRESS);
+    ucp_request_free(r);
+    if (s != UCS_OK) {
+        fprintf(stderr, "hostile_peer: %s: %s\n", what, ucs_status_string(s));
+        return 1;
+    }
+    return 0;
+}
+
+static ucs_status_t ignore_am(void *arg, const void *header, size_t header_length, void *data,
+                              size_t length, const ucp_am_recv_param_t *param)
+{
+    (void)arg; (void)header; (void)header_length; (void)data; (void)length; (void)param;
+    return UCS_OK;
+}
+
+/* The victim answers with its own control frames (AMs). UCX 1.12/1.13 crash on an AM to an id
+ * whose handler slot was never initialised — even this attacker would — so it handles every
+ * id, highest first (which sizes UCX's table once), and ignores what arrives. */
+static void handle_every_am_id(void)
+{
+    ucp_am_handler_param_t hp;
+    unsigned id;
+    memset(&hp, 0, sizeof(hp));
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB;
+    hp.cb         = ignore_am;
+    for (id = 0; id <= 0xffff; id++) {
+        hp.id = (id == 0) ? 0xffff : id - 1;
+        ucp_worker_set_am_recv_handler(worker, &hp);
+    }
+}
+
+static uint64_t splitmix(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+int main(int argc, char **argv)
+{
+    ucp_params_t params;
+    ucp_worker_params_t wparams;
+    ucp_ep_params_t ep_params;
+    ucp_request_param_t rp;
+    ucp_context_h ctx;
+    ucp_ep_h ep;
+    struct sockaddr_in sa;
+    uint64_t payload = 0x686f7374696c6521ull; /* "hostile!" */
+    int rc = 0;
+
+    if (argc < 5) {
+        fprintf(stderr, "usage: hostile_peer IP PORT am ID[,ID...] | tags N SEED\n");
+        return 2;
+    }
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_port   = htons((uint16_t)atoi(argv[2]));
+    if (inet_pton(AF_INET, argv[1], &sa.sin_addr) != 1) {
+        fprintf(stderr, "hostile_peer: bad IP %s\n", argv[1]);
+        return 2;
+    }
+
+    memset(&params, 0, sizeof(params));
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features   = UCP_FEATURE_AM | UCP_FEATURE_TAG;
+    if (ucp_init(&params, NULL, &ctx) != UCS_OK) {
+        fprintf(stderr, "hostile_peer: ucp_init failed\n");
+        return 1;
+    }
+    memset(&wparams, 0, sizeof(wparams));
+    wparams.field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
+    if (ucp_worker_create(ctx, &wparams, &worker) != UCS_OK) {
+        fprintf(stderr, "hostile_peer: ucp_worker_create failed\n");
+        return 1;
+    }
+    handle_every_am_id();
+    memset(&ep_params, 0, sizeof(ep_params));
+    /* Peer error handling, as tagspace uses: UCX refuses a connection whose two sides differ. */
+    ep_params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                           UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep_params.err_mode         = UCP_ERR_HANDLING_MODE_PEER;
+    ep_params.flags            = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    ep_params.sockaddr.addr    = (struct sockaddr *)&sa;
+    ep_params.sockaddr.addrlen = sizeof(sa);
+    if (ucp_ep_create(worker, &ep_params, &ep) != UCS_OK) {
+        fprintf(stderr, "hostile_peer: ucp_ep_create failed\n");
+        return 1;
+    }
+    memset(&rp, 0, sizeof(rp));
+    /* Wired up first (openucx/ucx#6872), so that what follows is what the test is about. */
+    rc |= wait_req(ucp_ep_flush_nbx(ep, &rp), "flush");
+
+    if (strcmp(argv[3], "am") == 0) {
+        char *ids = argv[4], *tok;
+        int sent = 0;
+        for (tok = strtok(ids, ","); tok != NULL && rc == 0; tok = strtok(NULL, ",")) {
+            unsigned id = (unsigned)strtoul(tok, NULL, 0);
+            int reply;
+            for (reply = 0; reply < 2; reply++) {
+                memset(&rp, 0, sizeof(rp));
+                rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+                rp.flags        = UCP_AM_SEND_FLAG_EAGER | (reply ? UCP_AM_SEND_FLAG_REPLY : 0);
+                rc |= wait_req(ucp_am_send_nbx(ep, id, NULL, 0, &payload, sizeof(payload), &rp),
+                               "ucp_am_send_nbx");
+                sent++;
+            }
+        }
+        printf("sent %d active messages\n", sent);
+    } else if (strcmp(argv[3], "tags") == 0 && argc >= 6) {
+        long n = atol(argv[4]), i;
+        uint64_t seed = strtoull(argv[5], NULL, 0);
+        for (i = 0; i < n && rc == 0; i++) {
+            memset(&rp, 0, sizeof(rp));
+            rc |= wait_req(ucp_tag_send_nbx(ep, &payload, sizeof(payload), splitmix(&seed), &rp),
+                           "ucp_tag_send_nbx");
+        }
+        printf("sent %ld tag messages\n", i);
+    } else {
+        fprintf(stderr, "hostile_peer: unknown attack %s\n", argv[3]);
+        return 2;
+    }
+    memset(&rp, 0, sizeof(rp));
+    rc |= wait_req(ucp_ep_flush_nbx(ep, &rp), "flush");
+    fflush(stdout);
+    /* Close at once (no goodbye to the victim), then tear down. */
+    memset(&rp, 0, sizeof(rp));
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    rp.flags        = UCP_EP_CLOSE_FLAG_FORCE;
+    (void)wait_req(ucp_ep_close_nbx(ep, &rp), "close");
+    ucp_worker_destroy(worker);
+    ucp_cleanup(ctx);
+    return rc;
+}

@@ -1,0 +1,188 @@
+//! A hostile peer on plain libucp (`tests/hostile/hostile_peer.c`, no tagspace in it) against a
+//! node that is talking to an honest tagspace peer at the same time: the node must not crash,
+//! must count what it did not ask for, and the honest traffic must arrive exactly once.
+//!
+//! The C program is built here with the system compiler against the system's UCX (Debian 12:
+//! `libucx-dev` 1.13.1, installed by `scripts/install-deps.sh`) and run with the system's libucp;
+//! the node under test runs on the UCX this test binary loaded (ucx1-sys's 1.12.1 under cargo).
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tagspace_core::{Registry, TagLayout};
+use tagspace_ucx::node::{LibId, Node, NodeConfig, OpId};
+use tagspace_ucx::ucp::Config;
+
+fn hostile_binary() -> PathBuf {
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/hostile/hostile_peer.c");
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("hostile_peer");
+    let flags = Command::new("pkg-config")
+        .args(["--cflags", "--libs", "ucx"])
+        .output()
+        .expect("pkg-config (scripts/install-deps.sh installs it)");
+    assert!(
+        flags.status.success(),
+        "pkg-config ucx: is libucx-dev installed?"
+    );
+    let flags = String::from_utf8(flags.stdout).unwrap();
+    let st = Command::new("cc")
+        .args(["-Wall", "-Werror", "-O1", "-o"])
+        .arg(&out)
+        .arg(src)
+        .args(flags.split_whitespace())
+        .status()
+        .expect("cc");
+    assert!(st.success(), "building the hostile peer failed");
+    out
+}
+
+fn node() -> (Node, LibId) {
+    let reg: &'static Registry<256> = Box::leak(Box::new(Registry::new(TagLayout::DEFAULT)));
+    let mut n = Node::with_registry(NodeConfig::loopback(Config::tcp()), reg).expect("UCX node");
+    let lib = n.register("dask").unwrap();
+    n.am_listen(lib, 3).unwrap();
+    (n, lib)
+}
+
+/// Starts the hostile peer against `victim` (with the system's UCX).
+fn attack(victim: &Node, args: &[&str]) -> Child {
+    let addr = victim.listen_addr().unwrap();
+    Command::new(hostile_binary())
+        .arg(addr.ip().to_string())
+        .arg(addr.port().to_string())
+        .args(args)
+        .env_remove("LD_LIBRARY_PATH")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the hostile peer")
+}
+
+/// Progresses both nodes until the hostile peer has exited; returns its output.
+fn run_attack(a: &mut Node, b: &mut Node, mut child: Child) -> String {
+    let start = Instant::now();
+    loop {
+        a.progress();
+        b.progress();
+        if let Some(st) = child.try_wait().unwrap() {
+            let out = child.wait_with_output().unwrap();
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(st.success(), "hostile peer failed ({st}): {text}");
+            return text;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "hostile peer hung"
+        );
+    }
+}
+
+/// Honest traffic both ways (tags and AMs) must arrive exactly once.
+fn honest_exchange(a: &mut Node, la: LibId, b: &mut Node, lb: LibId, round: u64) {
+    let (ta, tb) = (a.token(), b.token());
+    let mut ops: Vec<(bool, OpId)> = Vec::new();
+    for i in 0..50 {
+        let p = round * 1000 + i;
+        ops.push((false, b.send(lb, ta, p, p.to_le_bytes().to_vec(), 5000)));
+        ops.push((true, a.recv_from(la, tb, p, 64)));
+    }
+    let am = b.am_send(lb, ta, 3, b"am".to_vec(), 5000);
+    let start = Instant::now();
+    while !ops
+        .iter()
+        .all(|&(on_a, op)| if on_a { a.is_done(op) } else { b.is_done(op) })
+        || !b.is_done(am)
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "honest traffic stalled"
+        );
+        a.progress();
+        b.progress();
+    }
+    for (i, &(on_a, op)) in ops.iter().enumerate() {
+        if on_a {
+            let p = round * 1000 + (i / 2) as u64;
+            assert_eq!(
+                a.take(op).unwrap().unwrap().unwrap(),
+                p.to_le_bytes().to_vec()
+            );
+        } else {
+            b.take(op).unwrap().unwrap();
+        }
+    }
+    b.take(am).unwrap().unwrap();
+    let start = Instant::now();
+    loop {
+        if let Some(m) = a.am_take(la, 3) {
+            assert_eq!(m, b"am");
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "honest AM lost");
+        a.progress();
+        b.progress();
+    }
+    assert_eq!(a.am_take(la, 3), None, "an AM arrived twice");
+}
+
+fn pair() -> (Node, LibId, Node, LibId) {
+    let (mut a, la) = node();
+    let (mut b, lb) = node();
+    b.connect(a.listen_addr().unwrap()).unwrap();
+    let start = Instant::now();
+    while b.route_tag(lb, a.token(), 0).ok().flatten().is_none()
+        || a.route_tag(la, b.token(), 0).ok().flatten().is_none()
+    {
+        assert!(start.elapsed() < Duration::from_secs(30), "no connection");
+        a.progress();
+        b.progress();
+    }
+    (a, la, b, lb)
+}
+
+/// One 8-byte Active Message on ids nobody registered — 0 (ucx-py's and ucxx's), ids below
+/// and just above tagspace's control id, and far above — with and without the reply flag.
+/// UCX 1.12/1.13 leave the handler slots they grow uninitialised, and such an AM used to jump
+/// into the heap and crash the node. Now every slot has a handler: each is counted as a stray.
+#[test]
+fn active_messages_on_unowned_ids_do_not_crash_the_node() {
+    let (mut a, la, mut b, lb) = pair();
+    honest_exchange(&mut a, la, &mut b, lb, 0);
+    let ids = "0,1,128,255,257,511,4096,8192,9300,65535";
+    let child = attack(&a, &["am", ids]);
+    let out = run_attack(&mut a, &mut b, child);
+    assert!(out.contains("sent 20 active messages"), "{out}");
+    let start = Instant::now();
+    while a.stats().am_unowned < 20 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "AMs to unowned ids not counted: {:?}",
+            a.stats()
+        );
+        a.progress();
+        b.progress();
+    }
+    assert_eq!(a.stats().am_unowned, 20);
+    honest_exchange(&mut a, la, &mut b, lb, 1);
+    // A released library's AM ids go back to the unowned handler, not to an empty slot.
+    let lc = a.register("cuml").unwrap();
+    a.am_listen(lc, 0).unwrap();
+    let cuml_am = a.namespace(lc).unwrap().am_id(0).unwrap();
+    a.release(lc);
+    let child = attack(&a, &["am", &cuml_am.to_string()]);
+    let out = run_attack(&mut a, &mut b, child);
+    assert!(out.contains("sent 2 active messages"), "{out}");
+    let start = Instant::now();
+    while a.stats().am_unowned < 22 {
+        assert!(start.elapsed() < Duration::from_secs(30), "{:?}", a.stats());
+        a.progress();
+        b.progress();
+    }
+    honest_exchange(&mut a, la, &mut b, lb, 2);
+    a.shutdown(500);
+    b.shutdown(500);
+}
