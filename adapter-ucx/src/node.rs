@@ -36,8 +36,18 @@ use tagspace_core::{Name, Namespace, Registry, RegistryError, TagError, TagLayou
 
 /// Registry capacity (the process-wide registry's).
 pub const CAP: usize = 256;
-/// How often (ms) `progress` drains stray messages.
+/// How often (ms) `progress` starts a sweep for stray messages (D2).
 pub const DRAIN_INTERVAL_MS: u64 = 10;
+/// The most partial-mask probes of UCX's unexpected queue (each scans the queue) one
+/// `progress` call makes for strays (D4): a sweep over every unregistered id is spread over
+/// several calls, and UCX's own progress (keepalive among it) runs in between, however much a
+/// peer sends.
+pub const STRAY_PROBES_PER_CALL: u32 = 32;
+/// The most strays one `progress` call takes from the head of UCX's unexpected queue (each
+/// costs a constant-time look at the head and a hashed take, D4).
+pub const STRAY_TAKES_PER_CALL: u32 = 1024;
+/// The most `ucp_worker_progress` calls one `progress` call makes (D4).
+pub const UCX_PROGRESS_PER_CALL: u32 = 16;
 /// How long (ms) a connection superseded by a simultaneous connect keeps its endpoint open
 /// before closing it. Either side may have sent data on it before both sides settled on the
 /// survivor; closing at once let the peer's endpoint go while that data (eager messages still in
@@ -210,6 +220,12 @@ pub struct NodeStats {
     pub am_dropped: u64,
     /// AMs on ids nobody here listens on (also counted in `stray`), dropped.
     pub am_unowned: u64,
+    /// Partial-mask probes of UCX's unexpected queue made for strays (at most
+    /// [`STRAY_PROBES_PER_CALL`] per `progress` call).
+    pub stray_probes: u64,
+    /// Looks at the head of UCX's unexpected queue made for strays (at most
+    /// [`STRAY_TAKES_PER_CALL`] per `progress` call).
+    pub stray_head_probes: u64,
     /// Endpoints that failed (UCX peer error handling).
     pub endpoint_failures: u64,
     /// Connections cut off because the peer sent more control frames than may wait for
@@ -370,6 +386,10 @@ pub struct Node {
     stray_by_id: Vec<u64>,
     protocol_errors: Vec<SessionError>,
     last_drain_ms: Option<u64>,
+    /// The next namespace id the stray sweep probes; 0 when no sweep is under way.
+    sweep_id: u16,
+    /// The last drain took strays: keep draining on every call while they keep coming.
+    flooded: bool,
     clock: Clock,
     /// Closes and drains UCX has not finished with yet.
     background: Vec<Request>,
@@ -416,6 +436,8 @@ impl Node {
             stray_by_id: vec![0; CAP],
             protocol_errors: Vec::new(),
             last_drain_ms: None,
+            sweep_id: 0,
+            flooded: false,
             clock: cfg.clock,
             background: Vec::new(),
             closing: Vec::new(),
@@ -1006,7 +1028,9 @@ impl Node {
     /// control frames, Active Messages, outgoing announcements, waiting operations, and the
     /// periodic stray drain. Returns whether anything happened.
     pub fn progress(&mut self) -> bool {
-        let mut busy = self.worker.progress_all() > 0;
+        // Bounded (D4): under a flood UCX always has more to do; the rest waits for the next
+        // call, after tagspace has handled what arrived.
+        let mut busy = self.worker.progress_up_to(UCX_PROGRESS_PER_CALL) > 0;
         while let Some(accepted) = self.listener.as_ref().and_then(Listener::accept) {
             busy = true;
             match accepted {
@@ -1052,8 +1076,15 @@ impl Node {
             .last_drain_ms
             .is_none_or(|t| now >= t + DRAIN_INTERVAL_MS)
         {
-            busy |= self.drain_strays() > 0;
             self.last_drain_ms = Some(now);
+            if self.sweep_id == 0 {
+                self.sweep_id = 1;
+            }
+        }
+        if self.sweep_id != 0 || self.flooded {
+            let n = self.drain_strays();
+            self.flooded = n > 0;
+            busy |= n > 0;
         }
         busy
     }
@@ -1456,29 +1487,74 @@ impl Node {
         sent
     }
 
-    /// D2: takes out every unexpected message whose namespace id is not registered here (the
-    /// control id and unregistered ids; id 0 belongs to legacy code and is left alone). Returns
-    /// how many it took. Costs one probe per unregistered id, each scanning UCX's unexpected
-    /// queue (UCX hashes only full-mask lookups), so it runs every [`DRAIN_INTERVAL_MS`].
+    /// D2 within D4's bound: takes out unexpected messages whose namespace id is not
+    /// registered here (the control id, unregistered ids, ids beyond the registry; id 0 belongs
+    /// to legacy code and is left alone), making at most [`STRAY_TAKES_PER_CALL`] looks at the
+    /// head of UCX's queue and [`STRAY_PROBES_PER_CALL`] partial-mask probes. Returns how many
+    /// it took.
+    ///
+    /// First the oldest unexpected message is looked at (a probe with mask 0 stops at the head
+    /// of UCX's queue) and, while it is a stray, taken by its exact tag (a hashed lookup): a
+    /// flood of strays costs O(1) per message. A stray behind a message that waits for a
+    /// library (or for legacy code) is found by the sweep: one partial-mask probe per
+    /// unregistered id — each scans UCX's queue, which UCX hashes only for full masks —
+    /// started every [`DRAIN_INTERVAL_MS`] and resumed where the previous call's budget ended.
     pub fn drain_strays(&mut self) -> u64 {
-        let layout = *self.registry.layout();
-        let field = layout.namespace_field();
+        let field = self.registry.layout().namespace_field();
+        let id_of = |tag: u64| ((tag & field.mask()) >> field.shift()) as u16;
         let mut n = 0;
-        for id in 1..self.registry.capacity() as u16 {
-            if self.registry.name_of(id).is_some() {
+        for _ in 0..STRAY_TAKES_PER_CALL {
+            self.stats.stray_head_probes += 1;
+            let Some(oldest) = self.worker.tag_probe(0, 0) else {
+                break;
+            };
+            let id = id_of(oldest.tag);
+            if self.owned(id) || !self.take_stray(oldest.tag, u64::MAX, id) {
+                break;
+            }
+            n += 1;
+        }
+        let mut budget = STRAY_PROBES_PER_CALL;
+        while budget > 0 && self.sweep_id != 0 {
+            let id = self.sweep_id;
+            if id as usize >= self.registry.capacity() {
+                self.sweep_id = 0;
+                break;
+            }
+            if self.owned(id) {
+                self.sweep_id += 1;
                 continue;
             }
-            let tag = (id as u64) << field.shift();
-            while let Ok(Some((_, req))) =
-                self.worker.tag_probe_take(tag, field.mask(), STRAY_MAX_LEN)
-            {
-                n += 1;
-                self.stray_by_id[id as usize] += 1;
-                self.background.push(req);
+            budget -= 1;
+            self.stats.stray_probes += 1;
+            if self.take_stray((id as u64) << field.shift(), field.mask(), id) {
+                n += 1; // the same id again: there may be more
+            } else {
+                self.sweep_id += 1;
             }
         }
-        self.stats.stray += n;
         n
+    }
+
+    /// Whether messages for namespace id `id` belong to someone here (a library on this
+    /// registry, or legacy code for id 0).
+    fn owned(&self, id: u16) -> bool {
+        id == 0 || self.registry.name_of(id).is_some()
+    }
+
+    /// Takes one unexpected message matching `(tag, mask)` as a stray of namespace id `id`.
+    fn take_stray(&mut self, tag: u64, mask: u64, id: u16) -> bool {
+        match self.worker.tag_probe_take(tag, mask, STRAY_MAX_LEN) {
+            Ok(Some((_, req))) => {
+                self.stats.stray += 1;
+                if let Some(c) = self.stray_by_id.get_mut(id as usize) {
+                    *c += 1;
+                }
+                self.background.push(req);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Closes every connection (orderly CLOSE, then a flushing endpoint close) and progresses

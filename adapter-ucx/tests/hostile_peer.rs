@@ -186,3 +186,111 @@ fn active_messages_on_unowned_ids_do_not_crash_the_node() {
     a.shutdown(500);
     b.shutdown(500);
 }
+
+/// CPU time of this thread (a progress call's own cost, whatever else the machine runs).
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes one timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// The hostile peer's tag generator (splitmix64), to know which of its tags are strays.
+fn splitmix(x: &mut u64) -> u64 {
+    *x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *x;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A flood of random 64-bit tags (ucxx's hashed tags look like this): every one whose
+/// namespace id nobody registered is drained as a stray — exactly those, none of dask's and
+/// none of the legacy id 0 — while no `progress` call scans UCX's queue more than
+/// `STRAY_PROBES_PER_CALL` times or looks at its head more than `STRAY_TAKES_PER_CALL` times
+/// (D4), and the honest traffic arrives exactly once. (It used to
+/// probe every unregistered id every 10 ms, each probe scanning the whole queue: one call took
+/// 115 s under such a flood.)
+#[test]
+fn a_flood_of_random_tags_is_drained_in_bounded_steps() {
+    use tagspace_ucx::node::{STRAY_PROBES_PER_CALL, STRAY_TAKES_PER_CALL};
+    // `HOSTILE_FLOOD_TAGS=110000` makes it a ~10 s flood (the README's figure; run with
+    // --nocapture to see the longest progress call, which is printed, never asserted).
+    let n: u64 = std::env::var("HOSTILE_FLOOD_TAGS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    const SEED: u64 = 0x7a65;
+    let (mut a, la, mut b, lb) = pair();
+    let field = a.layout().namespace_field();
+    let dask = a.namespace(la).unwrap().id();
+    let mut x = SEED;
+    let want_strays = (0..n)
+        .map(|_| ((splitmix(&mut x) & field.mask()) >> field.shift()) as u16)
+        .filter(|&id| id != 0 && id != dask)
+        .count() as u64;
+    let strays_before = a.stats().stray;
+    let mut child = attack(&a, &["tags", &n.to_string(), &format!("{SEED:#x}")]);
+    let (mut longest, mut longest_cpu) = (Duration::ZERO, Duration::ZERO);
+    let mut round = 10;
+    let (mut max_probes, mut max_heads) = (0, 0);
+    let start = Instant::now();
+    let mut exited = false;
+    while !exited || a.stats().stray - strays_before < want_strays {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "strays not drained: {} of {want_strays}",
+            a.stats().stray - strays_before
+        );
+        let (before, heads) = (a.stats().stray_probes, a.stats().stray_head_probes);
+        let (t, c) = (Instant::now(), thread_cpu());
+        a.progress();
+        longest = longest.max(t.elapsed());
+        longest_cpu = longest_cpu.max(thread_cpu() - c);
+        max_probes = max_probes.max(a.stats().stray_probes - before);
+        max_heads = max_heads.max(a.stats().stray_head_probes - heads);
+        b.progress();
+        if !exited {
+            if let Some(st) = child.try_wait().unwrap() {
+                assert!(st.success(), "hostile peer failed ({st})");
+                exited = true;
+            }
+            // Honest traffic in the middle of the flood.
+            if round < 13 {
+                honest_exchange(&mut a, la, &mut b, lb, round);
+                round += 1;
+            }
+        }
+    }
+    child.wait().unwrap(); // already exited: reaps it for good
+                           // Nothing else is taken: give the sweep a few more rounds.
+    for _ in 0..20 {
+        a.clock().advance(0);
+        std::thread::sleep(Duration::from_millis(2));
+        let (before, heads) = (a.stats().stray_probes, a.stats().stray_head_probes);
+        a.progress();
+        max_probes = max_probes.max(a.stats().stray_probes - before);
+        max_heads = max_heads.max(a.stats().stray_head_probes - heads);
+    }
+    eprintln!(
+        "flood of {n} random tags over {:?}: {want_strays} strays drained, longest progress call \
+         {longest:?} ({longest_cpu:?} of CPU), at most {max_probes} partial-mask probes and {max_heads} looks at \
+         the head per call",
+        start.elapsed()
+    );
+    assert_eq!(a.stats().stray - strays_before, want_strays);
+    assert!(
+        max_probes <= STRAY_PROBES_PER_CALL as u64,
+        "{max_probes} partial-mask probes in one progress call"
+    );
+    assert!(
+        max_heads <= STRAY_TAKES_PER_CALL as u64,
+        "{max_heads} looks at the head in one progress call"
+    );
+    honest_exchange(&mut a, la, &mut b, lb, 99);
+    a.shutdown(500);
+    b.shutdown(500);
+}

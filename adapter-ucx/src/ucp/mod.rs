@@ -322,16 +322,23 @@ impl Worker {
         });
     }
 
-    /// Progresses until a call makes no progress.
+    /// Progresses until a call makes no progress. Unbounded while a peer keeps sending: use
+    /// [`progress_up_to`](Self::progress_up_to) where the time per call must be bounded.
     pub fn progress_all(&self) -> u32 {
+        self.progress_up_to(u32::MAX)
+    }
+
+    /// Progresses until a call makes no progress, or `calls` calls have been made.
+    pub fn progress_up_to(&self, calls: u32) -> u32 {
         let mut total = 0;
-        loop {
+        for _ in 0..calls {
             let n = self.progress();
             if n == 0 {
-                return total;
+                break;
             }
             total += n;
         }
+        total
     }
 
     /// The worker's event file descriptor, for `poll`/`epoll` (blocking progress).
