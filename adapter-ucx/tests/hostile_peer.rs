@@ -13,7 +13,13 @@ use tagspace_core::{Registry, TagLayout};
 use tagspace_ucx::node::{LibId, Node, NodeConfig, OpId};
 use tagspace_ucx::ucp::Config;
 
+/// The hostile peer, built once per test run (tests run on several threads).
 fn hostile_binary() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(build_hostile).clone()
+}
+
+fn build_hostile() -> PathBuf {
     let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/hostile/hostile_peer.c");
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("hostile_peer");
     let flags = Command::new("pkg-config")
