@@ -46,6 +46,9 @@ pub const STRAY_PROBES_PER_CALL: u32 = 32;
 /// The most strays one `progress` call takes from the head of UCX's unexpected queue (each
 /// costs a constant-time look at the head and a hashed take, D4).
 pub const STRAY_TAKES_PER_CALL: u32 = 1024;
+/// How many peers whose connections are gone a node remembers (to fail later operations for
+/// them with `PeerDown` rather than wait): the oldest are forgotten first (D5).
+pub const GONE_PEERS_MAX: usize = 4096;
 /// The most `ucp_worker_progress` calls one `progress` call makes (D4).
 pub const UCX_PROGRESS_PER_CALL: u32 = 16;
 /// How long (ms) a connection superseded by a simultaneous connect keeps its endpoint open
@@ -380,6 +383,11 @@ pub struct Node {
     /// the scan), so that a send does not scan every connection.
     serving: HashMap<u64, usize>,
     libs: Vec<Option<Lib>>,
+    /// Peers whose every connection is gone and forgotten (closed connections are removed from
+    /// `conns`, D5): how each went (a failure wins over an orderly close), oldest first in
+    /// `gone_order`, at most [`GONE_PEERS_MAX`].
+    gone: HashMap<u64, Option<UcxError>>,
+    gone_order: VecDeque<u64>,
     ops: HashMap<OpId, Op>,
     next_op: u64,
     stats: NodeStats,
@@ -430,6 +438,8 @@ impl Node {
             conns: Vec::new(),
             serving: HashMap::new(),
             libs: Vec::new(),
+            gone: HashMap::new(),
+            gone_order: VecDeque::new(),
             ops: HashMap::new(),
             next_op: 0,
             stats: NodeStats::default(),
@@ -588,7 +598,9 @@ impl Node {
             || !self.closing.is_empty()
     }
 
-    /// Connections in any state, including closed ones (for tests of P3/P4).
+    /// Connections this node holds: open ones, ones still handshaking, superseded ones still
+    /// lingering, and closed ones whose endpoint UCX has not let go yet; closed connections are
+    /// forgotten once their endpoint is gone (D5).
     pub fn connection_count(&self) -> usize {
         self.conns.len()
     }
@@ -831,7 +843,10 @@ impl Node {
         if self.live_connections_to(peer) > 0 {
             return None;
         }
-        let mut closed = None;
+        let mut closed = self.gone.get(&peer).copied();
+        if let Some(Some(e)) = closed {
+            return Some(Some(e));
+        }
         for c in &self.conns {
             match c.state {
                 ConnState::Down(Some(e)) if c.peer() == Some(peer) => return Some(Some(e)),
@@ -840,6 +855,39 @@ impl Node {
             }
         }
         closed
+    }
+
+    /// D5: removes connections that are closed and whose endpoint is gone, remembering how
+    /// their peers went (`gone`), so that memory and `connection_count()` do not grow with
+    /// connection churn.
+    fn forget_closed(&mut self) {
+        let mut went = Vec::new();
+        self.conns.retain(|c| {
+            let keep = c.ep.is_some() || c.state == ConnState::Open;
+            if let (false, ConnState::Down(cause), Some(p)) = (keep, c.state, c.peer()) {
+                went.push((p, cause));
+            }
+            keep
+        });
+        for (peer, cause) in went {
+            match self.gone.get_mut(&peer) {
+                Some(old) => {
+                    if cause.is_some() {
+                        *old = cause;
+                    }
+                }
+                None => {
+                    if self.gone_order.len() >= GONE_PEERS_MAX {
+                        if let Some(oldest) = self.gone_order.pop_front() {
+                            self.gone.remove(&oldest);
+                        }
+                    }
+                    self.gone.insert(peer, cause);
+                    self.gone_order.push_back(peer);
+                }
+            }
+        }
+        self.reindex();
     }
 
     fn post_recv(
@@ -1071,6 +1119,13 @@ impl Node {
         self.end_lingering();
         self.close_retired();
         self.background.retain_mut(|r| r.test().is_none());
+        if self
+            .conns
+            .iter()
+            .any(|c| c.ep.is_none() && c.state != ConnState::Open)
+        {
+            self.forget_closed();
+        }
         let now = self.clock.now_ms();
         if self
             .last_drain_ms

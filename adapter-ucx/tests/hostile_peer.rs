@@ -300,3 +300,56 @@ fn a_flood_of_random_tags_is_drained_in_bounded_steps() {
     a.shutdown(500);
     b.shutdown(500);
 }
+
+/// Resident memory of this process, in KiB (Linux).
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// A peer connects and disconnects 200 times (`HOSTILE_CHURN=1000` for the README's figure):
+/// the node forgets each closed connection (D5): `connection_count()` returns to what it was,
+/// and the honest peer is unaffected. Memory is printed (run with --nocapture), not asserted:
+/// the allocator decides what RSS shows.
+#[test]
+fn connection_churn_is_forgotten() {
+    let (mut a, la, mut b, lb) = pair();
+    honest_exchange(&mut a, la, &mut b, lb, 0);
+    let conns_before = a.connection_count();
+    let rss_before = rss_kib();
+    let n: u32 = std::env::var("HOSTILE_CHURN")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let child = attack(&a, &["churn", &n.to_string()]);
+    let out = run_attack(&mut a, &mut b, child);
+    assert!(
+        out.contains(&format!("connected and disconnected {n} times")),
+        "{out}"
+    );
+    let start = Instant::now();
+    while a.connection_count() != conns_before {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "closed connections not forgotten: {} (was {conns_before})",
+            a.connection_count()
+        );
+        a.progress();
+        b.progress();
+    }
+    eprintln!(
+        "{n} connect/disconnect cycles: connections {conns_before} → {}, RSS {rss_before} → {} KiB",
+        a.connection_count(),
+        rss_kib()
+    );
+    assert_eq!(a.live_connections_to(b.token()), 1);
+    honest_exchange(&mut a, la, &mut b, lb, 1);
+    a.shutdown(500);
+    b.shutdown(500);
+}

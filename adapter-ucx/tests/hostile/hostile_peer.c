@@ -7,6 +7,7 @@
  *   hostile_peer IP PORT am ID[,ID...]   one 8-byte Active Message on each id, with and without
  *                                        the reply flag
  *   hostile_peer IP PORT tags N SEED     N eager tag messages with random 64-bit tags
+ *   hostile_peer IP PORT churn N         N times: connect, wait until wired up, close at once
  *
  * Exits 0 once everything it sent has completed locally, 1 on a UCX error (printed).
  */
@@ -127,6 +128,24 @@ int main(int argc, char **argv)
     /* Wired up first (openucx/ucx#6872), so that what follows is what the test is about. */
     rc |= wait_req(ucp_ep_flush_nbx(ep, &rp), "flush");
 
+    if (strcmp(argv[3], "churn") == 0) {
+        long n = atol(argv[4]), i;
+        for (i = 0; i < n && rc == 0; i++) {
+            memset(&rp, 0, sizeof(rp));
+            rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+            rp.flags        = UCP_EP_CLOSE_FLAG_FORCE;
+            (void)wait_req(ucp_ep_close_nbx(ep, &rp), "close");
+            if (ucp_ep_create(worker, &ep_params, &ep) != UCS_OK) {
+                fprintf(stderr, "hostile_peer: ucp_ep_create failed\n");
+                return 1;
+            }
+            memset(&rp, 0, sizeof(rp));
+            rc |= wait_req(ucp_ep_flush_nbx(ep, &rp), "flush");
+        }
+        printf("connected and disconnected %ld times\n", i);
+        argv[3] = "done";
+    }
+
     if (strcmp(argv[3], "am") == 0) {
         char *ids = argv[4], *tok;
         int sent = 0;
@@ -152,7 +171,7 @@ int main(int argc, char **argv)
                            "ucp_tag_send_nbx");
         }
         printf("sent %ld tag messages\n", i);
-    } else {
+    } else if (strcmp(argv[3], "done") != 0) {
         fprintf(stderr, "hostile_peer: unknown attack %s\n", argv[3]);
         return 2;
     }
