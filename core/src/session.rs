@@ -364,6 +364,22 @@ impl<const CAP: usize> Session<CAP> {
         self.handle_frame(bytes).map_err(|e| self.fail(e))
     }
 
+    /// The one check of a peer's namespace id, for HELLO entries, ANNOUNCE and WITHDRAW alike:
+    /// it must fit *this* side's namespace width (tags are built with it here), whatever width
+    /// the peer's HELLO declared — a HELLO is only decoded against its own declared width, so
+    /// a peer declaring 16 bits could otherwise slip ids 300 or 65535 into an 8-bit directory.
+    /// (The wire decoder already refuses the reserved ids 0 and 1.)
+    fn check_id(&self, id: u16) -> Result<(), SessionError> {
+        if (id as u32) >> self.namespace_bits != 0 {
+            return Err(WireError::IdOutOfRange {
+                id,
+                namespace_bits: self.namespace_bits,
+            }
+            .into());
+        }
+        Ok(())
+    }
+
     fn handle_frame(&mut self, bytes: &[u8]) -> Result<Option<Event>, SessionError> {
         let frame = wire::decode(bytes)?;
         match (self.phase, frame) {
@@ -382,6 +398,7 @@ impl<const CAP: usize> Session<CAP> {
                 }
                 let mut dir = Directory::new();
                 for (id, name) in h.entries() {
+                    self.check_id(id)?;
                     dir.insert(id, name)?;
                 }
                 self.directory = dir;
@@ -405,20 +422,17 @@ impl<const CAP: usize> Session<CAP> {
                 })
             }
             (Phase::Established, Frame::Announce { id, name }) => {
-                if (id as u32) >> self.namespace_bits != 0 {
-                    return Err(WireError::IdOutOfRange {
-                        id,
-                        namespace_bits: self.namespace_bits,
-                    }
-                    .into());
-                }
+                self.check_id(id)?;
                 self.directory.insert(id, name)?;
                 Ok(Some(Event::Announced { name, id }))
             }
-            (Phase::Established, Frame::Withdraw { id }) => match self.directory.remove_id(id) {
-                Some(name) => Ok(Some(Event::Withdrawn { name, id })),
-                None => Err(SessionError::UnknownId { id }),
-            },
+            (Phase::Established, Frame::Withdraw { id }) => {
+                self.check_id(id)?;
+                match self.directory.remove_id(id) {
+                    Some(name) => Ok(Some(Event::Withdrawn { name, id })),
+                    None => Err(SessionError::UnknownId { id }),
+                }
+            }
             (_, Frame::Close { reason }) => {
                 self.phase = Phase::Closed;
                 Ok(Some(Event::Closed { reason }))
@@ -694,6 +708,52 @@ mod tests {
         );
         let n = Frame::Withdraw { id: 20 }.encode(&mut buf).unwrap();
         assert_eq!(b.handle(&buf[..n]), Err(SessionError::Closed));
+    }
+
+    /// HELLO, ANNOUNCE and WITHDRAW check ids the same way, against this side's width: a HELLO
+    /// that declares a wider namespace field cannot slip in ids this side cannot use.
+    #[test]
+    fn every_frame_checks_ids_against_this_sides_width() {
+        let ra = reg();
+        let layout = *ra.layout();
+        let bits = layout.namespace_field().width() as u8;
+        assert_eq!(bits, 8);
+        let out_of_range = |id: u16| {
+            Err(SessionError::from(WireError::IdOutOfRange {
+                id,
+                namespace_bits: bits,
+            }))
+        };
+        let mut buf = vec![0u8; wire::MAX_FRAME_LEN];
+        for id in [300u16, 4000, 65535] {
+            let mut a = Session::<64>::new(Role::Initiator, 10, &layout);
+            let mut e = wire::HelloEncoder::new(
+                &mut buf,
+                layout.fingerprint(),
+                20,
+                Role::Acceptor,
+                16, // declares a 16-bit namespace field
+            )
+            .unwrap();
+            e.push(2, &Name::new("dask").unwrap()).unwrap();
+            e.push(id, &Name::new("evil").unwrap()).unwrap();
+            let n = e.finish();
+            assert_eq!(a.handle(&buf[..n]), out_of_range(id), "HELLO with id {id}");
+            assert!(a.directory().is_empty());
+            assert!(!a.is_established());
+        }
+        let rb = reg();
+        for frame in [
+            Frame::Announce {
+                id: 4000,
+                name: Name::new("evil").unwrap(),
+            },
+            Frame::Withdraw { id: 4000 },
+        ] {
+            let (mut a, _b) = pair(&ra, &rb);
+            let n = frame.encode(&mut buf).unwrap();
+            assert_eq!(a.handle(&buf[..n]), out_of_range(4000), "{frame:?}");
+        }
     }
 
     #[test]
