@@ -62,7 +62,7 @@ for v in "${variants[@]}"; do
   [[ $name =~ $only ]] || continue
   pass=0 total_ms=0
   for n in $(seq "$runs"); do
-    log=target/soak/$name-$n.log
+    log=target/soak/$ucx-$name-$n.log
     t0=$(date +%s%N)
     # shellcheck disable=SC2086
     if timeout 300 "$bin" $args --messages "$messages" >"$log" 2>&1 && grep -q "OK: every message" "$log"; then
