@@ -76,15 +76,19 @@ pub struct Config {
 impl Config {
     /// Only TCP (loopback works across processes and containers).
     ///
-    /// Sets `TCP_PUT_ENABLE=n`: UCX 1.13.1 (Debian 12's) asserts in its TCP PUT protocol
-    /// (`tcp_ep.c:939 ... UCT_TCP_EP_FLAG_PUT_TX_WAITING_ACK`) and aborts a *surviving* process
-    /// when a PUT ACK arrives after a peer failure; seen in about 1 of 20 kill -9 runs over
-    /// shared memory. Without TCP PUT, rendezvous over TCP uses UCX's other schemes; the
-    /// benchmark's TCP ratios are measured with this setting on both sides.
+    /// On UCX 1.13 (Debian 12's 1.13.1) also `TCP_PUT_ENABLE=n`: that build asserts in its TCP
+    /// PUT protocol (`tcp_ep.c:939 ... UCT_TCP_EP_FLAG_PUT_TX_WAITING_ACK`) and aborts a
+    /// *surviving* process when a PUT ACK arrives after a peer failure (about 1 in 20 kill -9
+    /// runs of the demo). Not on other versions: rendezvous over TCP without PUT moves 1 MiB
+    /// messages at about half the bandwidth (bench (a), UCX 1.12.1).
     pub fn tcp() -> Config {
+        let mut options = Vec::new();
+        if matches!(ucx_version(), (1, 13, _)) {
+            options.push(("PUT_ENABLE".into(), "n".into()));
+        }
         Config {
             transports: Some("tcp".into()),
-            options: vec![("PUT_ENABLE".into(), "n".into())],
+            options,
             ..Config::default()
         }
     }
@@ -94,7 +98,11 @@ impl Config {
     /// Sets `MM_ERROR_HANDLING=y`: tagspace creates every endpoint with peer error handling
     /// (D3), and UCX leaves its shared-memory transports out of such endpoints unless they are
     /// told to detect peer failure themselves (by keepalive) — without it "shared memory" would
-    /// silently run over TCP (openucx/ucx#8477). And `TCP_PUT_ENABLE=n`, as [`Config::tcp`].
+    /// silently run over TCP (openucx/ucx#8477). And `TCP_PUT_ENABLE=n` on every version:
+    /// with TCP PUT available, UCX ran rendezvous between shared-memory peers over TCP's PUT
+    /// lane (`BENCH_EP_INFO=1` showed `tcp/lo rma_bw`); without it they go over shared memory
+    /// (bench (a): 64 KiB 3.3× and 1 MiB 1.6× faster), and UCX 1.13.1's TCP PUT assertion (see
+    /// [`Config::tcp`]) cannot fire.
     pub fn shm() -> Config {
         Config {
             transports: Some("sm,tcp".into()),
