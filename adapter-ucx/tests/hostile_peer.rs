@@ -353,3 +353,38 @@ fn connection_churn_is_forgotten() {
     a.shutdown(500);
     b.shutdown(500);
 }
+
+/// A peer that sends more control frames than may wait for this side's wire-up (U1) is cut
+/// off with a count (`early_overflows`), not buffered without bound (D5). Whether the frames
+/// arrive before this side's first flush has completed is up to UCX's timing, so the attack is
+/// repeated until it has landed in that window at least once; either way the node must not
+/// take more than `EARLY_FRAMES_MAX` frames from it, and the honest peer is unaffected.
+#[test]
+fn control_frames_before_wire_up_are_bounded() {
+    use tagspace_ucx::node::EARLY_FRAMES_MAX;
+    let (mut a, la, mut b, lb) = pair();
+    let control_am = a.layout().am_ids_per_namespace() as u16; // CONTROL_ID (1) × ids per namespace
+    let n = (EARLY_FRAMES_MAX * 4).to_string();
+    let mut tries = 0;
+    while a.stats().early_overflows == 0 && tries < 200 {
+        tries += 1;
+        let child = attack(&a, &["early", &n, &control_am.to_string()]);
+        run_attack(&mut a, &mut b, child);
+        for _ in 0..100 {
+            a.progress();
+            b.progress();
+        }
+    }
+    eprintln!(
+        "early control frames: {} overflow(s) in {tries} tries, {} protocol errors",
+        a.stats().early_overflows,
+        a.protocol_errors().len()
+    );
+    honest_exchange(&mut a, la, &mut b, lb, 0);
+    assert!(
+        a.stats().early_overflows > 0,
+        "no flood landed before wire-up finished in {tries} tries"
+    );
+    a.shutdown(500);
+    b.shutdown(500);
+}

@@ -8,6 +8,8 @@
  *                                        the reply flag
  *   hostile_peer IP PORT tags N SEED     N eager tag messages with random 64-bit tags
  *   hostile_peer IP PORT churn N         N times: connect, wait until wired up, close at once
+ *   hostile_peer IP PORT early N ID      at once after connecting, N 16-byte AMs on id ID (the
+ *                                        victim's control id), before anything else
  *
  * Exits 0 once everything it sent has completed locally, 1 on a UCX error (printed).
  */
@@ -123,6 +125,28 @@ int main(int argc, char **argv)
     if (ucp_ep_create(worker, &ep_params, &ep) != UCS_OK) {
         fprintf(stderr, "hostile_peer: ucp_ep_create failed\n");
         return 1;
+    }
+    if (strcmp(argv[3], "early") == 0 && argc >= 6) {
+        /* Posted all at once, before this side waits for anything: they reach the victim while
+         * its own endpoint may still be wiring up. Over TCP (no #6872 there). */
+        long n = atol(argv[4]), i;
+        unsigned id = (unsigned)strtoul(argv[5], NULL, 0);
+        uint64_t frame[2] = {payload, payload};
+        ucs_status_ptr_t *reqs = calloc((size_t)n, sizeof(*reqs));
+        for (i = 0; i < n; i++) {
+            memset(&rp, 0, sizeof(rp));
+            rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+            rp.flags        = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
+            reqs[i] = ucp_am_send_nbx(ep, id, NULL, 0, frame, sizeof(frame), &rp);
+        }
+        for (i = 0; i < n; i++) {
+            (void)wait_req(reqs[i], "early AM"); /* the victim may cut us off: not an error */
+        }
+        free(reqs);
+        printf("sent %ld early control frames\n", n);
+        fflush(stdout);
+        /* The victim may well have cut this connection: nothing more to check here. */
+        return 0;
     }
     memset(&rp, 0, sizeof(rp));
     /* Wired up first (openucx/ucx#6872), so that what follows is what the test is about. */
