@@ -6,12 +6,12 @@
 //! `libucx-dev` 1.13.1, installed by `scripts/install-deps.sh`) and run with the system's libucp;
 //! the node under test runs on the UCX this test binary loaded (ucx1-sys's 1.12.1 under cargo).
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use tagspace_core::{Registry, TagLayout};
-use tagspace_ucx::node::{LibId, Node, NodeConfig, OpId};
-use tagspace_ucx::ucp::Config;
+use tagspace_ucx::node::{LibId, Node, OpId};
 
 /// The hostile peer, built once per test run (tests run on several threads).
 fn hostile_binary() -> PathBuf {
@@ -43,9 +43,7 @@ fn build_hostile() -> PathBuf {
 }
 
 fn node() -> (Node, LibId) {
-    let reg: &'static Registry<256> = Box::leak(Box::new(Registry::new(TagLayout::DEFAULT)));
-    let mut n = Node::with_registry(NodeConfig::loopback(Config::tcp()), reg).expect("UCX node");
-    let lib = n.register("dask").unwrap();
+    let (mut n, lib) = common::dask_node();
     n.am_listen(lib, 3).unwrap();
     (n, lib)
 }

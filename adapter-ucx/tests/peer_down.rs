@@ -2,22 +2,16 @@
 //! it, with `PeerDown`, whatever UCX does with their requests — and touches nothing of a live
 //! peer. The deadlines below only stop a hung test; nothing asserts how long anything takes.
 
+mod common;
+
 use std::time::{Duration, Instant};
-use tagspace_core::{Registry, TagLayout};
-use tagspace_ucx::node::{LibId, Node, NodeConfig, NodeError, OpId};
-use tagspace_ucx::ucp::{Config, Status};
+use tagspace_ucx::node::{LibId, Node, NodeError, OpId};
+use tagspace_ucx::ucp::Status;
 
 const BIG: usize = 1 << 20;
 
 fn node() -> (Node, LibId) {
-    let reg: &'static Registry<256> = Box::leak(Box::new(Registry::new(TagLayout::DEFAULT)));
-    let ucx = Config {
-        rndv_thresh: Some(8192),
-        ..Config::tcp()
-    };
-    let mut n = Node::with_registry(NodeConfig::loopback(ucx), reg).expect("UCX node");
-    let lib = n.register("dask").unwrap();
-    (n, lib)
+    common::dask_node()
 }
 
 fn hang_guard(start: Instant, what: &str) {

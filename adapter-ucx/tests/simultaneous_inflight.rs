@@ -1,22 +1,15 @@
 //! P4 without loss: data sent on a connection before both sides settle a simultaneous connect
 //! must arrive even when that connection is the one superseded.
 
-use std::time::{Duration, Instant};
-use tagspace_core::{Registry, TagLayout};
-use tagspace_ucx::node::{LibId, Node, NodeConfig, OpId};
-use tagspace_ucx::ucp::Config;
+mod common;
 
+use std::time::{Duration, Instant};
+use tagspace_ucx::node::{LibId, Node, OpId};
+
+/// Rendezvous above 8 KiB: a large send on the superseded connection needs it alive until the
+/// receiver has pulled the data, which happens only after it posts the receive.
 fn node() -> (Node, LibId) {
-    let reg: &'static Registry<256> = Box::leak(Box::new(Registry::new(TagLayout::DEFAULT)));
-    // Rendezvous above 8 KiB: a large send on the superseded connection needs it alive until
-    // the receiver has pulled the data, which happens only after it posts the receive.
-    let ucx = Config {
-        rndv_thresh: Some(8192),
-        ..Config::tcp()
-    };
-    let mut n = Node::with_registry(NodeConfig::loopback(ucx), reg).expect("UCX node");
-    let lib = n.register("dask").unwrap();
-    (n, lib)
+    common::dask_node()
 }
 
 #[test]

@@ -1,0 +1,18 @@
+//! Helpers shared by the in-process UCX tests.
+
+use tagspace_core::{Registry, TagLayout};
+use tagspace_ucx::node::{LibId, Node, NodeConfig};
+use tagspace_ucx::ucp::Config;
+
+/// A node on its own registry (a "process" of its own), listening on loopback over TCP with
+/// rendezvous above 8 KiB, with library "dask" registered.
+pub fn dask_node() -> (Node, LibId) {
+    let reg: &'static Registry<256> = Box::leak(Box::new(Registry::new(TagLayout::DEFAULT)));
+    let ucx = Config {
+        rndv_thresh: Some(8192),
+        ..Config::tcp()
+    };
+    let mut n = Node::with_registry(NodeConfig::loopback(ucx), reg).expect("UCX node");
+    let lib = n.register("dask").unwrap();
+    (n, lib)
+}
