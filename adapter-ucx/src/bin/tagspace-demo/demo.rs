@@ -428,16 +428,35 @@ fn peer(o: &Opts) -> Result<(), String> {
                 .flat_map(|&i| (0..NL).map(move |k| (i, k)))
                 .filter(|ik| !begun.contains(ik))
                 .count();
+            // Per peer, to tell a stalled pair from a stalled process.
+            let mut per_peer: BTreeMap<usize, (usize, usize, usize)> = BTreeMap::new();
+            for &(_, dst) in sends.values() {
+                per_peer.entry(dst).or_default().0 += 1;
+            }
+            for &(_, dst, _) in &queue {
+                per_peer.entry(dst).or_default().1 += 1;
+            }
+            for &(_, src, _) in recvs.values() {
+                per_peer.entry(src).or_default().2 += 1;
+            }
+            let detail: Vec<String> = per_peer
+                .iter()
+                .map(|(p, (f, q, r))| {
+                    let state = if dead.contains(p) { " (down)" } else { "" };
+                    format!("{p}{state}: {f} in flight + {q} queued to it, {r} receives from it")
+                })
+                .collect();
             return Err(format!(
                 "timed out: {} sends and {} receives unfinished, {} begin messages missing, \
-                 {}/{} legacy messages, {}/{} strays drained",
+                 {}/{} legacy messages, {}/{} strays drained; per peer: {}",
                 sends.len() + queue.len(),
                 recvs.len(),
                 unbegun,
                 legacy_got.len(),
                 LEGACY_PER_PEER * live.len(),
                 node.stray_for(STRAY_ID as u16),
-                STRAYS_PER_PEER * live.len()
+                STRAYS_PER_PEER * live.len(),
+                detail.join("; ")
             ));
         }
         if !node.progress() {
