@@ -285,6 +285,8 @@ struct Conn {
 struct Closing {
     key: EpKey,
     ep: Endpoint,
+    /// The peer's token, if the connection was established (for `PeerDown` if it fails).
+    peer: Option<u64>,
     waits: Vec<Request>,
 }
 
@@ -1158,7 +1160,7 @@ impl Node {
             // Failed while being closed in order: stop waiting for its requests.
             let c = self.closing.swap_remove(j);
             tracing::debug!(error = %e, "endpoint failed while closing");
-            self.abandon_ep(c.key, c.ep, c.waits, None, e);
+            self.abandon_ep(c.key, c.ep, c.waits, c.peer, e);
             return;
         }
         let Some(i) = self
@@ -1437,6 +1439,7 @@ impl Node {
             self.closing.push(Closing {
                 key: c.key,
                 ep,
+                peer: c.session.peer().map(|p| p.token),
                 waits: std::mem::take(&mut c.ctl_inflight),
             });
         }
