@@ -1220,26 +1220,7 @@ impl Node {
             .map(|(id, _)| *id)
             .collect();
         for id in doomed {
-            if let Some(Op::Sending { lib, mut req, .. }) = self.ops.remove(&id) {
-                let r = match req.test() {
-                    Some(Ok(_)) => Ok(None),
-                    Some(Err(_)) => Err(NodeError::PeerDown {
-                        peer,
-                        cause: Some(e),
-                    }),
-                    None => {
-                        // Dropping an unfinished request parks it, with its buffer, on the
-                        // worker until UCX completes it.
-                        self.stats.failed_by_peer_down += 1;
-                        Err(NodeError::PeerDown {
-                            peer,
-                            cause: Some(e),
-                        })
-                    }
-                };
-                let done = self.finish(lib, r, true);
-                self.ops.insert(id, done);
-            }
+            self.end_for_peer(id, peer, Some(e));
         }
         drop(waits);
         // Dropping the close request leaves it to UCX (it frees it when done).
@@ -1264,22 +1245,37 @@ impl Node {
                 }
                 continue;
             }
-            if let Some(Op::Receiving { lib, mut req, .. }) = self.ops.remove(&id) {
-                let r = match req.test() {
-                    Some(Ok(Completion::Received { data, .. })) => Ok(Some(data)),
-                    Some(Ok(Completion::Sent(_))) => Ok(None),
-                    Some(Err(_)) => Err(NodeError::PeerDown { peer, cause }),
-                    None => {
-                        // Still in progress (possibly matched to the dead peer's rendezvous):
-                        // dropping cancels it and parks it, with its buffer, until UCX is done.
-                        self.stats.failed_by_peer_down += 1;
-                        Err(NodeError::PeerDown { peer, cause })
-                    }
-                };
-                let done = self.finish(lib, r, false);
-                self.ops.insert(id, done);
-            }
+            self.end_for_peer(id, peer, cause);
         }
+    }
+
+    /// Ends a send or receive that can only finish through `peer`, which went down (D3): its
+    /// result if UCX has already finished it, else `PeerDown`. A request still in progress —
+    /// UCX may never finish it, e.g. one matched to the dead peer's rendezvous — is dropped:
+    /// a receive is cancelled, and either is parked with its buffer on the worker until UCX is
+    /// done with it.
+    fn end_for_peer(&mut self, id: OpId, peer: u64, cause: Option<UcxError>) {
+        let (lib, mut req, sent) = match self.ops.remove(&id) {
+            Some(Op::Sending { lib, req, .. }) => (lib, req, true),
+            Some(Op::Receiving { lib, req, .. }) => (lib, req, false),
+            Some(other) => {
+                self.ops.insert(id, other);
+                return;
+            }
+            None => return,
+        };
+        let down = NodeError::PeerDown { peer, cause };
+        let r = match req.test() {
+            Some(Ok(Completion::Received { data, .. })) => Ok(Some(data)),
+            Some(Ok(Completion::Sent(_))) => Ok(None),
+            Some(Err(_)) => Err(down),
+            None => {
+                self.stats.failed_by_peer_down += 1;
+                Err(down)
+            }
+        };
+        let done = self.finish(lib, r, sent);
+        self.ops.insert(id, done);
     }
 
     /// U1: completes the first flush of new endpoints; once one has, the control frames that
@@ -1558,15 +1554,15 @@ impl Node {
     /// unregistered id — each scans UCX's queue, which UCX hashes only for full masks —
     /// started every [`DRAIN_INTERVAL_MS`] and resumed where the previous call's budget ended.
     pub fn drain_strays(&mut self) -> u64 {
-        let field = self.registry.layout().namespace_field();
-        let id_of = |tag: u64| ((tag & field.mask()) >> field.shift()) as u16;
+        let layout = self.registry.layout();
+        let field = layout.namespace_field();
         let mut n = 0;
         for _ in 0..STRAY_TAKES_PER_CALL {
             self.stats.stray_head_probes += 1;
             let Some(oldest) = self.worker.tag_probe(0, 0) else {
                 break;
             };
-            let id = id_of(oldest.tag);
+            let id = layout.namespace_of(oldest.tag);
             if self.owned(id) || !self.take_stray(oldest.tag, u64::MAX, id) {
                 break;
             }
