@@ -19,7 +19,7 @@ use tagspace_core::namespace::am_namespace;
 use tagspace_core::session::{Event, Session, SessionError};
 use tagspace_core::wellknown::CONTROL_ID;
 use tagspace_core::wire::{CloseReason, Role, MAX_FRAME_LEN};
-use tagspace_core::{Name, Namespace, Registry, RegistryError, TagError, TagLayout};
+use tagspace_core::{Identity, Name, Namespace, Registry, RegistryError, TagError, TagLayout};
 
 /// Registry capacity of a simulated process.
 pub const CAP: usize = 256;
@@ -157,6 +157,7 @@ enum Op {
 /// A simulated process running tagspace.
 pub struct Node {
     registry: &'static Registry<CAP>,
+    identity: Identity,
     token: u64,
     worker: WorkerId,
     control_am: u16,
@@ -171,16 +172,17 @@ pub struct Node {
 }
 
 impl Node {
-    /// A process with the default layout. `token` must be unique among processes.
-    pub fn new(fab: &mut Fabric, process: ProcessId, token: u64) -> Node {
-        Node::with_layout(fab, process, token, TagLayout::DEFAULT)
+    /// A process with the default layout, known to peers by `identity` (P6; its token must be
+    /// unique among processes, which distinct random seeds give).
+    pub fn new(fab: &mut Fabric, process: ProcessId, identity: Identity) -> Node {
+        Node::with_layout(fab, process, identity, TagLayout::DEFAULT)
     }
 
     /// A process with its own registry of `layout` (leaked: it lives as long as the test).
     pub fn with_layout(
         fab: &mut Fabric,
         process: ProcessId,
-        token: u64,
+        identity: Identity,
         layout: TagLayout,
     ) -> Node {
         let registry: &'static Registry<CAP> = Box::leak(Box::new(Registry::new(layout)));
@@ -190,7 +192,8 @@ impl Node {
             .expect("a new worker accepts handlers");
         Node {
             registry,
-            token,
+            token: identity.token(),
+            identity,
             worker,
             control_am,
             conns: Vec::new(),
@@ -305,7 +308,7 @@ impl Node {
     fn add_conn(&mut self, ep: EpId, role: Role) {
         self.conns.push(Conn {
             ep,
-            session: Box::new(Session::new(role, self.token, self.registry.layout())),
+            session: Box::new(Session::new(role, &self.identity, self.registry.layout())),
             state: ConnState::Open,
         });
     }

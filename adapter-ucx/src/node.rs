@@ -20,16 +20,18 @@
 //! worker's event fd) from the thread that owns the node.
 
 use crate::ucp::{
-    Completion, Config, Endpoint, EpKey, Listener, Request, Started, UcxError, Worker,
+    Completion, Config, Endpoint, EpKey, Listener, Request, Started, TagInfo, UcxError, Worker,
 };
 use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Instant;
+use tagspace_core::identity::Identity;
 use tagspace_core::namespace::{am_namespace, Route};
-use tagspace_core::session::{Event, Session, SessionError};
+use tagspace_core::session::{Event, Phase, Session, SessionError};
 use tagspace_core::wellknown::CONTROL_ID;
 use tagspace_core::wire::{CloseReason, Role, MAX_FRAME_LEN};
 use tagspace_core::{Name, Namespace, Registry, RegistryError, TagError, TagLayout};
@@ -66,6 +68,10 @@ pub const EARLY_FRAMES_MAX: usize = 64;
 /// The bytes of control frames that may wait for wire-up on one connection (see
 /// [`EARLY_FRAMES_MAX`]).
 pub const EARLY_BYTES_MAX: usize = 64 * 1024;
+/// How long (ms) a new connection may take to complete its handshake (HELLOs and PROOFs).
+pub const HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+/// Protocol errors kept for [`Node::protocol_errors`] (older ones are only counted).
+pub const PROTOCOL_ERRORS_KEPT: usize = 64;
 
 /// A library's handle inside one node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -237,6 +243,17 @@ pub struct NodeStats {
     /// Operations failed by tagspace because their peer failed, while UCX still held their
     /// requests (D3): their buffers are kept until UCX lets the requests go.
     pub failed_by_peer_down: u64,
+    /// Connections closed for a control-plane error from the peer (the last
+    /// [`PROTOCOL_ERRORS_KEPT`] are in [`Node::protocol_errors`]).
+    pub protocol_errors: u64,
+    /// Of those, connections whose peer could not prove the identity its HELLO claimed (P6):
+    /// never indexed as that peer, never able to supersede its connection.
+    pub unproven: u64,
+    /// Connections closed because their handshake did not complete in
+    /// [`HANDSHAKE_TIMEOUT_MS`] (a silent peer, or one that never proved its claim).
+    pub handshake_timeouts: u64,
+    /// Connections closed because the peer sent more than [`PeerLimits`] allow.
+    pub flood_closes: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -249,6 +266,13 @@ enum ConnState {
     },
     /// Closed by either side or failed.
     Down(Option<UcxError>),
+}
+
+/// What [`Node::charge`] counts against a connection's [`PeerLimits`].
+#[derive(Clone, Copy, Debug)]
+enum Charge {
+    Control,
+    Unwanted,
 }
 
 /// Whether a new endpoint may be sent on yet (U1).
@@ -277,6 +301,12 @@ struct Conn {
     /// connection's session handles a frame, and libraries are only ever added (a released
     /// `LibId` is never reused): refreshed at exactly those two points.
     routes: Vec<Option<Route>>,
+    /// When the endpoint was made: the handshake must end by [`HANDSHAKE_TIMEOUT_MS`] later.
+    opened_ms: u64,
+    /// The current one-second window of [`PeerLimits`], and what the peer sent in it.
+    window_ms: u64,
+    control_in_window: u32,
+    unwanted_in_window: u32,
 }
 
 /// An endpoint being closed in order: closed only once every request on it has finished (UCX
@@ -338,43 +368,68 @@ pub struct NodeConfig {
     pub ucx: Config,
     /// Where to listen; `None`: no listener (this node only connects out).
     pub listen: Option<SocketAddr>,
-    /// The process token peers know this node by (unique among the processes that talk).
-    pub token: u64,
+    /// Who this node is (P6): peers know it by `identity.token()` once it proved it holds the
+    /// key. Never from a guessable seed; two nodes that talk need different ones.
+    pub identity: Arc<Identity>,
     /// The clock for deadlines.
     pub clock: Clock,
+    /// What one connection may send unasked before it is cut off (D5).
+    pub limits: PeerLimits,
 }
 
-impl NodeConfig {
-    /// Listens on 127.0.0.1 (any port) over `ucx`, with a token made from the process id,
-    /// the time and this node's address in memory.
-    pub fn loopback(ucx: Config) -> NodeConfig {
-        NodeConfig {
-            ucx,
-            listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
-            token: fresh_token(),
-            clock: Clock::Real(Instant::now()),
+/// Per connection, per second: how much a peer may send that nobody asked for before its
+/// connection is closed (counted in `stats().flood_closes`, D5). Only what can be traced to a
+/// connection is limited: control frames, and Active Messages sent with a reply endpoint (as
+/// tagspace and ucxx send them). Tag messages carry no sender; strays among them are drained
+/// within the per-call budget instead (D4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerLimits {
+    /// Control frames (HELLO, PROOF, ANNOUNCE, WITHDRAW, CLOSE). An honest peer sends two to
+    /// connect and about two per registration change.
+    pub control_per_s: u32,
+    /// Active Messages on ids nobody here listens on, or sent by rendezvous (which tagspace
+    /// never uses). An honest peer sends some when it talks to a library before that library
+    /// has started listening.
+    pub unwanted_am_per_s: u32,
+}
+
+impl Default for PeerLimits {
+    fn default() -> Self {
+        PeerLimits {
+            control_per_s: 1024,
+            unwanted_am_per_s: 1024,
         }
     }
 }
 
-/// A token unlikely to collide with another process's (pid, nanoseconds, a counter).
-pub fn fresh_token() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    let mut x = t ^ ((std::process::id() as u64) << 32) ^ N.fetch_add(1, Ordering::Relaxed);
-    // splitmix64 finalizer: spread the bits.
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
+impl NodeConfig {
+    /// Listens on 127.0.0.1 (any port) over `ucx`, with a new identity ([`fresh_identity`]).
+    pub fn loopback(ucx: Config) -> NodeConfig {
+        NodeConfig {
+            ucx,
+            listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+            identity: fresh_identity(),
+            clock: Clock::Real(Instant::now()),
+            limits: PeerLimits::default(),
+        }
+    }
+}
+
+/// A new identity from the operating system's randomness (`getrandom`).
+///
+/// # Panics
+/// If the operating system has no randomness to give (no `getrandom(2)` and no
+/// `/dev/urandom`): tagspace cannot prove who it is without a secret key.
+pub fn fresh_identity() -> Arc<Identity> {
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed).expect("the operating system's random source (getrandom) failed");
+    Arc::new(Identity::from_seed(&seed))
 }
 
 /// tagspace on one UCP worker.
 pub struct Node {
     registry: &'static Registry<CAP>,
+    identity: Arc<Identity>,
     token: u64,
     worker: Worker,
     listener: Option<Listener>,
@@ -401,6 +456,7 @@ pub struct Node {
     /// The last drain took strays: keep draining on every call while they keep coming.
     flooded: bool,
     clock: Clock,
+    limits: PeerLimits,
     /// Closes and drains UCX has not finished with yet.
     background: Vec<Request>,
     /// Endpoints waiting for their requests to finish before they are closed.
@@ -433,7 +489,8 @@ impl Node {
         };
         let node = Node {
             registry,
-            token: cfg.token,
+            token: cfg.identity.token(),
+            identity: cfg.identity,
             worker,
             listener,
             control_am,
@@ -451,6 +508,7 @@ impl Node {
             sweep_id: 0,
             flooded: false,
             clock: cfg.clock,
+            limits: cfg.limits,
             background: Vec::new(),
             closing: Vec::new(),
             buf: vec![0; MAX_FRAME_LEN],
@@ -462,6 +520,12 @@ impl Node {
     /// This node's token.
     pub fn token(&self) -> u64 {
         self.token
+    }
+
+    /// This node's identity: its public key is what peers verify (P6). Share the key, or its
+    /// token, out of band to pin which process is which.
+    pub fn identity(&self) -> &Arc<Identity> {
+        &self.identity
     }
 
     /// The worker (for code outside tagspace that shares it, e.g. a legacy library's probes).
@@ -552,7 +616,8 @@ impl Node {
         self.stray_by_id.get(id as usize).copied().unwrap_or(0)
     }
 
-    /// Control-plane errors from peers (each closed that peer's connection only).
+    /// The last [`PROTOCOL_ERRORS_KEPT`] control-plane errors from peers, oldest first (each
+    /// closed that peer's connection only; `stats().protocol_errors` counts them all).
     pub fn protocol_errors(&self) -> &[SessionError] {
         &self.protocol_errors
     }
@@ -593,9 +658,12 @@ impl Node {
     /// be closed. (Messages in flight from peers cannot be seen; a harness that wants quiet
     /// also waits for a stretch without progress.)
     pub fn has_work_in_flight(&self) -> bool {
+        // A connection whose peer's HELLO came but whose PROOF has not is waiting on the peer
+        // alone (an honest peer's PROOF is then in its own queue or on the wire); one that
+        // claims an identity it cannot prove would otherwise count as busy until it is closed.
         self.conns.iter().any(|c| {
             c.state == ConnState::Open
-                && (!c.session.is_established() || !c.ctl_inflight.is_empty())
+                && (c.session.phase() == Phase::Connecting || !c.ctl_inflight.is_empty())
         }) || !self.background.is_empty()
             || !self.closing.is_empty()
     }
@@ -641,7 +709,7 @@ impl Node {
         self.conns.push(Conn {
             key: ep.key(),
             ep: Some(ep),
-            session: Box::new(Session::new(role, self.token, self.registry.layout())),
+            session: Box::new(Session::new(role, &self.identity, self.registry.layout())),
             state,
             told_up: false,
             wire,
@@ -649,6 +717,10 @@ impl Node {
             early_bytes: 0,
             ctl_inflight: Vec::new(),
             routes: Vec::new(),
+            opened_ms: self.clock.now_ms(),
+            window_ms: self.clock.now_ms(),
+            control_in_window: 0,
+            unwanted_in_window: 0,
         });
         if let ConnState::Down(Some(e)) = state {
             self.fail_ep(self.conns.len() - 1, e);
@@ -918,6 +990,20 @@ impl Node {
         }
     }
 
+    /// The oldest message waiting for `lib` in UCX's unexpected queue — sent to its namespace
+    /// but not received (yet) — as its tag and length; `None` when nothing waits.
+    ///
+    /// Messages to a *registered* namespace are the library's business, as in UCX: tagspace
+    /// never drains them, so a peer (or a bug) can make them pile up for as long as the library
+    /// does not receive them. UCX keeps no count of its unexpected queue and cannot be asked for
+    /// one without taking the messages, so this answers "is anything waiting, and what is the
+    /// oldest" — enough to watch for a library that has stopped receiving. It is one
+    /// partial-mask probe, which scans UCX's queue: call it to monitor, not per message.
+    pub fn oldest_waiting(&mut self, lib: LibId) -> Result<Option<TagInfo>, NodeError> {
+        let m = self.lib(lib)?.ns.matcher_any();
+        Ok(self.worker.tag_probe(m.tag(), m.mask()))
+    }
+
     /// Listens on `lib`'s local AM id `local`.
     pub fn am_listen(&mut self, lib: LibId, local: u16) -> Result<(), NodeError> {
         let worker = self.worker.clone();
@@ -1119,6 +1205,7 @@ impl Node {
             c.ctl_inflight.retain_mut(|r| r.test().is_none());
         }
         self.end_lingering();
+        self.expire_handshakes();
         self.close_retired();
         self.background.retain_mut(|r| r.test().is_none());
         if self
@@ -1315,17 +1402,23 @@ impl Node {
         if am.unowned {
             self.stats.am_unowned += 1;
             self.stats.stray += 1;
+            self.charge(am.reply_ep, Charge::Unwanted);
             return;
         }
         if am.rndv_dropped {
+            // tagspace sends every AM eagerly, control frames of any size included: a
+            // rendezvous AM comes from something else, and is dropped.
             self.stats.am_dropped += 1;
+            self.charge(am.reply_ep, Charge::Unwanted);
             return;
         }
         if am.id == self.control_am {
             self.stats.control_received += 1;
             match am.reply_ep {
                 Some(key) => {
-                    self.on_control(key, &am.data);
+                    if self.charge(Some(key), Charge::Control) {
+                        self.on_control(key, &am.data);
+                    }
                     self.reindex();
                 }
                 None => tracing::warn!("control frame without a reply endpoint dropped"),
@@ -1345,8 +1438,52 @@ impl Node {
                 if let Some(s) = self.stray_by_id.get_mut(ns_id as usize) {
                     *s += 1;
                 }
+                self.charge(am.reply_ep, Charge::Unwanted);
             }
         }
+    }
+
+    /// Counts one message against its connection's [`PeerLimits`]; a connection over the limit
+    /// is closed (CLOSE with reason `Flood`). Returns whether the message may be handled.
+    /// Messages without a reply endpoint, or from an endpoint this node does not know, cannot
+    /// be charged to anyone.
+    fn charge(&mut self, from: Option<EpKey>, what: Charge) -> bool {
+        let Some(key) = from else {
+            return true;
+        };
+        let Some(i) = self
+            .conns
+            .iter()
+            .position(|c| c.key == key && c.ep.is_some() && c.state == ConnState::Open)
+        else {
+            return true;
+        };
+        let now = self.clock.now_ms();
+        let c = &mut self.conns[i];
+        if now >= c.window_ms.saturating_add(1000) {
+            c.window_ms = now;
+            c.control_in_window = 0;
+            c.unwanted_in_window = 0;
+        }
+        let (count, max) = match what {
+            Charge::Control => (&mut c.control_in_window, self.limits.control_per_s),
+            Charge::Unwanted => (&mut c.unwanted_in_window, self.limits.unwanted_am_per_s),
+        };
+        *count = count.saturating_add(1);
+        if *count <= max {
+            return true;
+        }
+        tracing::warn!(
+            peer = ?c.session.peer().map(|p| p.token),
+            ?what,
+            limit = max,
+            "peer sent more than its per-second limit; closing its connection"
+        );
+        c.session.close(CloseReason::Flood);
+        self.stats.flood_closes += 1;
+        self.flush_conn(i);
+        self.close_conn(i, ConnState::Down(None));
+        false
     }
 
     fn on_control(&mut self, key: EpKey, bytes: &[u8]) {
@@ -1408,7 +1545,14 @@ impl Node {
             Ok(_) => {}
             Err(e) => {
                 // The session queued a CLOSE naming the reason; flush sends it, then we close.
-                tracing::warn!(error = ?e, "protocol error from peer; closing its connection");
+                tracing::warn!(error = %e, "protocol error from peer; closing its connection");
+                self.stats.protocol_errors += 1;
+                if matches!(e, SessionError::Unproven { .. }) {
+                    self.stats.unproven += 1;
+                }
+                if self.protocol_errors.len() == PROTOCOL_ERRORS_KEPT {
+                    self.protocol_errors.remove(0);
+                }
                 self.protocol_errors.push(e);
                 self.flush_conn(i);
                 self.close_conn(i, ConnState::Down(None));
@@ -1498,6 +1642,33 @@ impl Node {
     }
 
     /// Retires superseded endpoints whose linger time is over.
+    /// Closes connections whose handshake has not completed in [`HANDSHAKE_TIMEOUT_MS`]: a
+    /// peer that never says hello, or never proves the identity it claimed (P6), cannot keep a
+    /// connection (and its session's memory) for ever (D5).
+    fn expire_handshakes(&mut self) {
+        let now = self.clock.now_ms();
+        for i in 0..self.conns.len() {
+            let c = &mut self.conns[i];
+            if c.state != ConnState::Open
+                || c.session.is_established()
+                || now < c.opened_ms.saturating_add(HANDSHAKE_TIMEOUT_MS)
+            {
+                continue;
+            }
+            tracing::warn!(
+                claimed = ?c.session.claimed_token(),
+                "handshake not completed in {HANDSHAKE_TIMEOUT_MS} ms; closing the connection"
+            );
+            c.session.close(match c.session.phase() {
+                Phase::Proving => CloseReason::Unproven,
+                _ => CloseReason::ProtocolError,
+            });
+            self.stats.handshake_timeouts += 1;
+            self.flush_conn(i);
+            self.close_conn(i, ConnState::Down(None));
+        }
+    }
+
     fn end_lingering(&mut self) {
         let now = self.clock.now_ms();
         for i in 0..self.conns.len() {

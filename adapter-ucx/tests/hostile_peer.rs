@@ -386,3 +386,232 @@ fn control_frames_before_wire_up_are_bounded() {
     a.shutdown(500);
     b.shutdown(500);
 }
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A HELLO (hex) claiming `victim`'s public key, and a PROOF of 64 bytes the attacker made up:
+/// all a peer without the victim's secret key can send.
+fn forged_handshake(target: &Node, victim: &Node) -> (String, String) {
+    use tagspace_core::wire::{Frame, HelloEncoder, Role};
+    let layout = target.layout();
+    let mut buf = vec![0u8; 4096];
+    let mut e = HelloEncoder::new(
+        &mut buf,
+        layout.fingerprint(),
+        Role::Initiator,
+        layout.namespace_field().width() as u8,
+        victim.identity().public_key(),
+        &[0x42; 16],
+    )
+    .unwrap();
+    e.push(16, &tagspace_core::Name::new("dask").unwrap())
+        .unwrap();
+    let n = e.finish();
+    let hello = hex(&buf[..n]);
+    let n = Frame::Proof {
+        signature: [0x42; 64],
+    }
+    .encode(&mut buf)
+    .unwrap();
+    (hello, hex(&buf[..n]))
+}
+
+/// P6: claiming an honest peer's token — its whole public key — before it connects, or while
+/// it is connected, neither takes its traffic nor cuts it off. (The attack: a HELLO
+/// with the honest token, connecting first, received 664 of its echoes; a HELLO with a higher
+/// token superseded the honest connection.)
+#[test]
+fn a_claimed_identity_takes_no_traffic_and_supersedes_nothing() {
+    let (mut a, la) = node();
+    let (mut b, lb) = node();
+    let control_am = a.layout().am_ids_per_namespace().to_string(); // CONTROL_ID (1) × ids
+    let (hello, proof) = forged_handshake(&a, &b);
+
+    // 1. The claim arrives first and the claimant stays, never proving anything, until the
+    //    handshake deadline closes its connection.
+    let mut child = attack(&a, &["frames", &control_am, "11000", &hello]);
+    let start = Instant::now();
+    while a.stats().control_received == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "claim never arrived"
+        );
+        a.progress();
+    }
+    assert_eq!(
+        a.live_connections_to(b.token()),
+        0,
+        "an unproven claim was indexed"
+    );
+    assert!(a.peers().is_empty());
+    b.connect(a.listen_addr().unwrap()).unwrap();
+    while b.route_tag(lb, a.token(), 0).ok().flatten().is_none()
+        || a.route_tag(la, b.token(), 0).ok().flatten().is_none()
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "honest peer never connected"
+        );
+        a.progress();
+        b.progress();
+    }
+    assert_eq!(a.live_connections_to(b.token()), 1);
+    honest_exchange(&mut a, la, &mut b, lb, 0);
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the claimant left early"
+    );
+    run_attack(&mut a, &mut b, child);
+    assert_eq!(
+        a.stats().handshake_timeouts,
+        1,
+        "the silent claimant's connection outlived HANDSHAKE_TIMEOUT_MS"
+    );
+
+    // 2. With the honest peer connected: the claim plus a made-up PROOF.
+    let frames = format!("{hello},{proof}");
+    let child = attack(&a, &["frames", &control_am, "500", &frames]);
+    run_attack(&mut a, &mut b, child);
+    let start = Instant::now();
+    while a.stats().unproven == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "forged proof not refused"
+        );
+        a.progress();
+        b.progress();
+    }
+    assert_eq!(a.live_connections_to(b.token()), 1);
+    assert_eq!(a.peers(), vec![b.token()]);
+    honest_exchange(&mut a, la, &mut b, lb, 1);
+    assert!(
+        a.protocol_errors()
+            .iter()
+            .any(|e| e.to_string().contains("does not hold the key")),
+        "{:?}",
+        a.protocol_errors()
+    );
+    eprintln!("claims refused: {:?}", a.stats());
+    a.shutdown(500);
+    b.shutdown(500);
+}
+
+/// D5, per connection: a peer that floods Active Messages on ids nobody listens on (ucxx's id
+/// 0 here) beyond `PeerLimits::unwanted_am_per_s` is cut off and counted; one that floods
+/// valid control frames beyond `control_per_s` too. The honest peer is untouched.
+#[test]
+fn a_flooding_connection_is_cut_off() {
+    use tagspace_ucx::node::PeerLimits;
+    let limits = PeerLimits {
+        control_per_s: 200,
+        unwanted_am_per_s: 200,
+    };
+    let (mut a, la) = common::dask_node_with(|cfg| cfg.limits = limits);
+    a.am_listen(la, 3).unwrap();
+    let (mut b, lb) = node();
+    b.connect(a.listen_addr().unwrap()).unwrap();
+    let start = Instant::now();
+    while b.route_tag(lb, a.token(), 0).ok().flatten().is_none()
+        || a.route_tag(la, b.token(), 0).ok().flatten().is_none()
+    {
+        assert!(start.elapsed() < Duration::from_secs(30), "no connection");
+        a.progress();
+        b.progress();
+    }
+    let child = attack(&a, &["flood", "20000", "0"]);
+    let out = run_attack(&mut a, &mut b, child);
+    for _ in 0..100 {
+        a.progress();
+        b.progress();
+    }
+    eprintln!("{out}; {:?}", a.stats());
+    assert!(out.contains("cut off"), "the flood was not cut off: {out}");
+    assert_eq!(a.stats().flood_closes, 1);
+    assert!(a.stats().am_unowned <= 20_000);
+    honest_exchange(&mut a, la, &mut b, lb, 0);
+
+    // An established (proven) peer churning valid ANNOUNCE/WITHDRAW frames.
+    let (mut c, _lc) = node();
+    c.connect(a.listen_addr().unwrap()).unwrap();
+    let start = Instant::now();
+    while a.live_connections_to(c.token()) == 0 || c.live_connections_to(a.token()) == 0 {
+        assert!(start.elapsed() < Duration::from_secs(30), "no connection");
+        a.progress();
+        c.progress();
+    }
+    let mut buf = vec![0u8; 256];
+    let name = tagspace_core::Name::new("churn").unwrap();
+    for _ in 0..300 {
+        use tagspace_core::wire::Frame;
+        for f in [
+            Frame::Announce { id: 200, name },
+            Frame::Withdraw { id: 200 },
+        ] {
+            let n = f.encode(&mut buf).unwrap();
+            if c.inject_control(a.token(), &buf[..n]).is_err() {
+                break;
+            }
+        }
+        a.progress();
+        c.progress();
+    }
+    let start = Instant::now();
+    while a.stats().flood_closes < 2 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "control flood not cut off"
+        );
+        a.progress();
+        c.progress();
+    }
+    assert_eq!(a.live_connections_to(c.token()), 0);
+    assert_eq!(a.live_connections_to(b.token()), 1);
+    honest_exchange(&mut a, la, &mut b, lb, 1);
+    a.shutdown(500);
+    b.shutdown(500);
+    c.shutdown(500);
+}
+
+/// Messages to a registered namespace that its library does not receive are the library's
+/// business (never drained), but visible: `oldest_waiting` names the oldest one, and only in
+/// that namespace.
+#[test]
+fn messages_nobody_receives_are_visible_per_namespace() {
+    let (mut a, la, mut b, lb) = pair();
+    let other = a.register("cuml").unwrap();
+    assert_eq!(a.oldest_waiting(la).unwrap(), None);
+    let sends: Vec<OpId> = (0..3)
+        .map(|i| b.send(lb, a.token(), 40 + i, vec![i as u8; 100 + i as usize], 5000))
+        .collect();
+    let start = Instant::now();
+    while a.oldest_waiting(la).unwrap().is_none() || !sends.iter().all(|&s| b.is_done(s)) {
+        assert!(start.elapsed() < Duration::from_secs(30), "nothing arrived");
+        a.progress();
+        b.progress();
+    }
+    let oldest = a.oldest_waiting(la).unwrap().unwrap();
+    let dask = a.namespace(la).unwrap();
+    assert!(dask.owns(tagspace_core::Tag::from_raw(oldest.tag)));
+    assert_eq!(
+        (
+            dask.payload_of(tagspace_core::Tag::from_raw(oldest.tag)),
+            oldest.len
+        ),
+        (40, 100)
+    );
+    assert_eq!(a.oldest_waiting(other).unwrap(), None);
+    let recvs: Vec<OpId> = (0..3).map(|i| a.recv(la, 40 + i, 1024)).collect();
+    let start = Instant::now();
+    while !recvs.iter().all(|&r| a.is_done(r)) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "receives stalled"
+        );
+        a.progress();
+    }
+    assert_eq!(a.oldest_waiting(la).unwrap(), None);
+    a.shutdown(500);
+    b.shutdown(500);
+}

@@ -186,13 +186,12 @@ fn child(index: usize, messages: u64) -> i32 {
         .map(|n| REGISTRY.register(n).unwrap())
         .collect();
     libs.push(REGISTRY.register(&solo).unwrap());
-    let token = {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap();
-        (t.as_nanos() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
-            ^ ((std::process::id() as u64) << 32)
-            ^ index as u64
+    // The process's identity (P6): a key from the operating system's randomness.
+    let identity = {
+        let mut seed = [0u8; 32];
+        std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom").unwrap(), &mut seed)
+            .expect("read /dev/urandom");
+        tagspace_core::Identity::from_seed(&seed)
     };
 
     let (tx, rx) = mpsc::channel();
@@ -215,7 +214,7 @@ fn child(index: usize, messages: u64) -> i32 {
             let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
             conns.push(Conn {
                 stream: s,
-                session: Session::new(Role::Initiator, token, REGISTRY.layout()),
+                session: Session::new(Role::Initiator, &identity, REGISTRY.layout()),
                 active: true,
             });
         }
@@ -223,7 +222,7 @@ fn child(index: usize, messages: u64) -> i32 {
     for s in acceptor.join().unwrap() {
         conns.push(Conn {
             stream: s,
-            session: Session::new(Role::Acceptor, token, REGISTRY.layout()),
+            session: Session::new(Role::Acceptor, &identity, REGISTRY.layout()),
             active: true,
         });
     }

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod error;
+pub mod identity;
 pub mod ipc;
 pub mod layout;
 pub mod matcher;
@@ -16,6 +17,7 @@ pub mod wellknown;
 pub mod wire;
 
 pub use error::{FieldRef, LayoutError, NameError, RegistryError, TagError};
+pub use identity::Identity;
 pub use layout::{Field, TagLayout};
 pub use matcher::{overlap, Matcher, RawMatcher, Tag};
 pub use name::Name;

@@ -5,11 +5,15 @@
 //! so their behaviour cannot drift apart.
 //!
 //! Protocol (version 1), per endpoint:
-//! 1. Each side sends one HELLO: layout fingerprint, process token, role, and its whole
-//!    name → id table. That is O(1) messages per endpoint, whatever the number of endpoints (P3).
-//! 2. On the peer's HELLO the session checks the layout, fills its [`Directory`] and is
-//!    established. Local ids are private: each side translates names through the directory, so
-//!    registration order does not matter (P1).
+//! 1. Each side sends one HELLO: layout fingerprint, role, public key, a fresh nonce, and its
+//!    whole name → id table. That is O(1) messages per endpoint, whatever the number of
+//!    endpoints (P3).
+//! 2. On the peer's HELLO the session checks the layout and the key and fills its
+//!    [`Directory`]; then each side sends a PROOF, its signature over both keys and both nonces
+//!    (see [`crate::identity`]). Once the peer's PROOF verifies the session is established and
+//!    its peer is known by its token (P6); until then [`Session::peer`] is `None`, so an adapter
+//!    cannot index, route to or supersede by an unproven claim. Local ids are private: each side
+//!    translates names through the directory, so registration order does not matter (P1).
 //! 3. Afterwards the session keeps the peer in sync with the local registry: it compares what it
 //!    has told the peer with the registry (by generation) and emits WITHDRAW / ANNOUNCE for the
 //!    differences. Keeping state instead of an event queue bounds memory and never drops a change.
@@ -17,28 +21,35 @@
 //!
 //! Simultaneous connects (P4): when two sessions link the same pair of processes,
 //! [`Session::survives_duplicate`] keeps the one opened by the process with the lower token; both
-//! sides compute the same answer from the tokens exchanged in the HELLOs.
+//! sides compute the same answer from the tokens proven in the handshake.
 //!
 //! ```
 //! use tagspace_core::session::{Session, Event};
 //! use tagspace_core::wire::Role;
-//! use tagspace_core::{Registry, TagLayout};
+//! use tagspace_core::{Identity, Registry, TagLayout};
 //!
 //! let (ra, rb): (Registry<64>, Registry<64>) = (Registry::new(TagLayout::DEFAULT), Registry::new(TagLayout::DEFAULT));
+//! let (ia, ib) = (Identity::from_seed(&[1; 32]), Identity::from_seed(&[2; 32]));
 //! let _a1 = ra.register("engine-x").unwrap();          // id 16 here ...
 //! let _b0 = rb.register("other").unwrap();
 //! let b1 = rb.register("engine-x").unwrap();           // ... 17 there
-//! let mut a: Session<64> = Session::new(Role::Initiator, 1, ra.layout());
-//! let mut b: Session<64> = Session::new(Role::Acceptor, 2, rb.layout());
+//! let mut a: Session<64> = Session::new(Role::Initiator, &ia, ra.layout());
+//! let mut b: Session<64> = Session::new(Role::Acceptor, &ib, rb.layout());
 //! let mut buf = vec![0u8; tagspace_core::wire::MAX_FRAME_LEN];
+//! // HELLOs cross, then PROOFs
+//! let n = a.poll_transmit(&ra, &mut buf).unwrap().unwrap();
+//! assert_eq!(b.handle(&buf[..n]), Ok(None));
+//! let n = b.poll_transmit(&rb, &mut buf).unwrap().unwrap();
+//! assert_eq!(a.handle(&buf[..n]), Ok(None));
 //! let n = a.poll_transmit(&ra, &mut buf).unwrap().unwrap();
 //! assert!(matches!(b.handle(&buf[..n]), Ok(Some(Event::Established { .. }))));
 //! let n = b.poll_transmit(&rb, &mut buf).unwrap().unwrap();
-//! a.handle(&buf[..n]).unwrap();
+//! assert!(matches!(a.handle(&buf[..n]), Ok(Some(Event::Established { .. }))));
 //! // b sends engine-x traffic to a's id for the name:
 //! assert_eq!(b.route(&b1).unwrap().remote_id(), 16);
 //! ```
 
+use crate::identity::{self, Party, ProofError, PUBLIC_KEY_LEN};
 use crate::layout::TagLayout;
 use crate::name::Name;
 use crate::namespace::{Namespace, Route};
@@ -110,19 +121,21 @@ impl<const CAP: usize> Directory<CAP> {
     }
 }
 
-/// What the peer said about itself in its HELLO.
+/// Who the peer is, as proven by its PROOF.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PeerInfo {
-    /// Its process token.
+    /// Its process token (the first eight bytes of its public key).
     pub token: u64,
     /// Its role on this endpoint.
     pub role: Role,
+    /// Its public key.
+    pub public_key: [u8; PUBLIC_KEY_LEN],
 }
 
 /// Something the adapter may want to act on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
-    /// The peer's HELLO arrived and was accepted.
+    /// The peer's HELLO arrived and its PROOF verified.
     Established {
         /// The peer's process token.
         peer_token: u64,
@@ -191,6 +204,13 @@ pub enum SessionError {
     RoleConflict,
     /// The peer has this process's own token: a connection to itself, or a token collision.
     SameToken,
+    /// The peer's key is unusable, or its PROOF does not verify (P6): it is not who it claims.
+    Unproven {
+        /// The token it claimed.
+        claimed: u64,
+        /// What failed.
+        error: ProofError,
+    },
     /// The session is closed; nothing more is accepted.
     Closed,
 }
@@ -223,6 +243,9 @@ impl fmt::Display for SessionError {
             SessionError::SameToken => {
                 f.write_str("peer has this process's token (self-connection or token collision)")
             }
+            SessionError::Unproven { claimed, error } => {
+                write!(f, "peer claiming token {claimed:#018x} is refused: {error}")
+            }
             SessionError::Closed => f.write_str("session is closed"),
         }
     }
@@ -241,7 +264,9 @@ impl From<WireError> for SessionError {
 pub enum Phase {
     /// Waiting for the peer's HELLO.
     Connecting,
-    /// HELLOs exchanged; the directory is live.
+    /// The peer's HELLO arrived; waiting for its PROOF. The peer is a claim, not yet known.
+    Proving,
+    /// HELLOs exchanged and the peer proven; the directory is live.
     Established,
     /// A CLOSE is queued for the peer; nothing more is accepted.
     Closing(CloseReason),
@@ -254,10 +279,15 @@ pub enum Phase {
 pub struct Session<const CAP: usize = 256> {
     role: Role,
     local_token: u64,
+    key: ed25519_dalek::SigningKey,
+    local: Party,
     fingerprint: u64,
     namespace_bits: u8,
     phase: Phase,
     hello_sent: bool,
+    proof_sent: bool,
+    /// What the peer's HELLO claimed (key and nonce); proven once `phase` is `Established`.
+    claim: Option<(Party, Role)>,
     peer: Option<PeerInfo>,
     /// Generation of each local id as last told to the peer; 0 = not told.
     told: [u32; CAP],
@@ -267,16 +297,23 @@ pub struct Session<const CAP: usize = 256> {
 }
 
 impl<const CAP: usize> Session<CAP> {
-    /// A session for an endpoint we opened (`Initiator`) or accepted (`Acceptor`). `token` must
-    /// be unique per process (a random 64-bit value is).
-    pub fn new(role: Role, token: u64, layout: &TagLayout) -> Self {
+    /// A session for an endpoint we opened (`Initiator`) or accepted (`Acceptor`), for the
+    /// process whose identity is `identity` (one per process, shared by all its sessions).
+    pub fn new(role: Role, identity: &identity::Identity, layout: &TagLayout) -> Self {
         Session {
             role,
-            local_token: token,
+            local_token: identity.token(),
+            key: identity.signer(),
+            local: Party {
+                public_key: *identity.public_key(),
+                nonce: identity.fresh_nonce(),
+            },
             fingerprint: layout.fingerprint(),
             namespace_bits: layout.namespace_field().width() as u8,
             phase: Phase::Connecting,
             hello_sent: false,
+            proof_sent: false,
+            claim: None,
             peer: None,
             told: [0; CAP],
             synced_epoch: None,
@@ -299,9 +336,32 @@ impl<const CAP: usize> Session<CAP> {
         self.role
     }
 
-    /// What the peer told us in its HELLO.
+    /// Who the peer is: `None` until its PROOF verified (P6), whatever its HELLO claimed.
     pub fn peer(&self) -> Option<PeerInfo> {
         self.peer
+    }
+
+    /// The token the peer's HELLO claimed, proven or not (for logs and error messages only:
+    /// never index or route by it).
+    pub fn claimed_token(&self) -> Option<u64> {
+        self.claim
+            .as_ref()
+            .map(|(p, _)| identity::token_of(&p.public_key))
+    }
+
+    /// The transcript a PROOF by `signer` signs on this endpoint (both HELLOs known).
+    fn transcript(&self, signer: Role) -> Option<[u8; identity::TRANSCRIPT_LEN]> {
+        let (peer, _) = self.claim.as_ref()?;
+        let (initiator, acceptor) = match self.role {
+            Role::Initiator => (&self.local, peer),
+            Role::Acceptor => (peer, &self.local),
+        };
+        Some(identity::transcript(
+            signer,
+            self.fingerprint,
+            initiator,
+            acceptor,
+        ))
     }
 
     /// The peer's name → id table.
@@ -309,8 +369,12 @@ impl<const CAP: usize> Session<CAP> {
         &self.directory
     }
 
-    /// The route for `ns` on this peer, if the peer has registered the same name.
+    /// The route for `ns` on this peer, if the session is established (the peer proven) and
+    /// the peer has registered the same name.
     pub fn route<const R: usize>(&self, ns: &Namespace<'_, R>) -> Option<Route> {
+        if self.phase != Phase::Established {
+            return None;
+        }
         self.directory
             .lookup(ns.name())
             .map(|remote| Route::new(ns.id(), remote))
@@ -339,6 +403,7 @@ impl<const CAP: usize> Session<CAP> {
     fn fail(&mut self, e: SessionError) -> SessionError {
         let reason = match e {
             SessionError::LayoutMismatch { .. } => CloseReason::LayoutMismatch,
+            SessionError::Unproven { .. } => CloseReason::Unproven,
             SessionError::Closed => return e,
             _ => CloseReason::ProtocolError,
         };
@@ -393,43 +458,82 @@ impl<const CAP: usize> Session<CAP> {
                 if h.role == self.role {
                     return Err(SessionError::RoleConflict);
                 }
-                if h.token == self.local_token {
+                if h.public_key == self.local.public_key || h.token() == self.local_token {
                     return Err(SessionError::SameToken);
                 }
+                identity::check_public_key(&h.public_key).map_err(|error| {
+                    SessionError::Unproven {
+                        claimed: h.token(),
+                        error,
+                    }
+                })?;
                 let mut dir = Directory::new();
                 for (id, name) in h.entries() {
                     self.check_id(id)?;
                     dir.insert(id, name)?;
                 }
                 self.directory = dir;
+                self.claim = Some((
+                    Party {
+                        public_key: h.public_key,
+                        nonce: h.nonce,
+                    },
+                    h.role,
+                ));
+                self.phase = Phase::Proving;
+                Ok(None)
+            }
+            (Phase::Proving, Frame::Proof { signature }) => {
+                let (party, role) = self.claim.expect("Proving implies a claim");
+                let transcript = self.transcript(role).expect("claim is set");
+                let token = identity::token_of(&party.public_key);
+                identity::verify(&party.public_key, &transcript, &signature).map_err(|error| {
+                    SessionError::Unproven {
+                        claimed: token,
+                        error,
+                    }
+                })?;
                 self.peer = Some(PeerInfo {
-                    token: h.token,
-                    role: h.role,
+                    token,
+                    role,
+                    public_key: party.public_key,
                 });
                 self.phase = Phase::Established;
-                Ok(Some(Event::Established {
-                    peer_token: h.token,
-                }))
+                Ok(Some(Event::Established { peer_token: token }))
             }
-            (Phase::Established, Frame::Hello(_)) => Err(SessionError::Unexpected {
-                frame: "HELLO",
-                why: "the peer already said hello on this endpoint",
+            (Phase::Connecting, Frame::Proof { .. }) => Err(SessionError::Unexpected {
+                frame: "PROOF",
+                why: "it arrived before the peer's HELLO",
             }),
+            (Phase::Established, Frame::Proof { .. }) => Err(SessionError::Unexpected {
+                frame: "PROOF",
+                why: "the peer already proved itself on this endpoint",
+            }),
+            (Phase::Proving | Phase::Established, Frame::Hello(_)) => {
+                Err(SessionError::Unexpected {
+                    frame: "HELLO",
+                    why: "the peer already said hello on this endpoint",
+                })
+            }
             (Phase::Connecting, Frame::Announce { .. } | Frame::Withdraw { .. }) => {
                 Err(SessionError::Unexpected {
                     frame: "announcement",
                     why: "it arrived before the peer's HELLO",
                 })
             }
-            (Phase::Established, Frame::Announce { id, name }) => {
+            // Between HELLO and PROOF the peer's announcements update the directory quietly:
+            // nobody may act on an unproven peer's table, and establishing reports it whole.
+            (phase @ (Phase::Proving | Phase::Established), Frame::Announce { id, name }) => {
                 self.check_id(id)?;
                 self.directory.insert(id, name)?;
-                Ok(Some(Event::Announced { name, id }))
+                Ok((phase == Phase::Established).then_some(Event::Announced { name, id }))
             }
-            (Phase::Established, Frame::Withdraw { id }) => {
+            (phase @ (Phase::Proving | Phase::Established), Frame::Withdraw { id }) => {
                 self.check_id(id)?;
                 match self.directory.remove_id(id) {
-                    Some(name) => Ok(Some(Event::Withdrawn { name, id })),
+                    Some(name) => {
+                        Ok((phase == Phase::Established).then_some(Event::Withdrawn { name, id }))
+                    }
                     None => Err(SessionError::UnknownId { id }),
                 }
             }
@@ -460,6 +564,14 @@ impl<const CAP: usize> Session<CAP> {
         }
         if !self.hello_sent {
             return self.encode_hello(registry, buf).map(Some);
+        }
+        if !self.proof_sent {
+            if let Some(transcript) = self.transcript(self.role) {
+                let signature = identity::sign(&self.key, &transcript);
+                let n = Frame::Proof { signature }.encode(buf)?;
+                self.proof_sent = true;
+                return Ok(Some(n));
+            }
         }
         'rescan: loop {
             let epoch = registry.epoch();
@@ -512,9 +624,10 @@ impl<const CAP: usize> Session<CAP> {
             let mut enc = HelloEncoder::new(
                 &mut *buf,
                 self.fingerprint,
-                self.local_token,
                 self.role,
                 self.namespace_bits,
+                &self.local.public_key,
+                &self.local.nonce,
             )?;
             let mut told = [0u32; CAP];
             let mut result = Ok(());
@@ -579,11 +692,22 @@ mod tests {
         events
     }
 
+    fn ident(seed: u8) -> identity::Identity {
+        identity::Identity::from_seed(&[seed; 32])
+    }
+
+    /// Pumps both ways until neither side has anything to say (HELLOs, then PROOFs).
+    fn settle(a: &mut Session<64>, ra: &Reg, b: &mut Session<64>, rb: &Reg) {
+        for _ in 0..4 {
+            pump(a, ra, b);
+            pump(b, rb, a);
+        }
+    }
+
     fn pair(ra: &Reg, rb: &Reg) -> (Session<64>, Session<64>) {
-        let mut a = Session::new(Role::Initiator, 10, ra.layout());
-        let mut b = Session::new(Role::Acceptor, 20, rb.layout());
-        pump(&mut a, ra, &mut b);
-        pump(&mut b, rb, &mut a);
+        let mut a = Session::new(Role::Initiator, &ident(10), ra.layout());
+        let mut b = Session::new(Role::Acceptor, &ident(20), rb.layout());
+        settle(&mut a, ra, &mut b, rb);
         assert!(a.is_established() && b.is_established());
         (a, b)
     }
@@ -683,8 +807,8 @@ mod tests {
         let ra = reg();
         let other = TagLayout::builder(48, 8).build().unwrap();
         let rb: Reg = Registry::new(other);
-        let mut a = Session::<64>::new(Role::Initiator, 1, ra.layout());
-        let mut b = Session::<64>::new(Role::Acceptor, 2, rb.layout());
+        let mut a = Session::<64>::new(Role::Initiator, &ident(1), ra.layout());
+        let mut b = Session::<64>::new(Role::Acceptor, &ident(2), rb.layout());
         let mut buf = vec![0u8; wire::MAX_FRAME_LEN];
         let n = a.poll_transmit(&ra, &mut buf).unwrap().unwrap();
         assert!(matches!(
@@ -726,13 +850,14 @@ mod tests {
         };
         let mut buf = vec![0u8; wire::MAX_FRAME_LEN];
         for id in [300u16, 4000, 65535] {
-            let mut a = Session::<64>::new(Role::Initiator, 10, &layout);
+            let mut a = Session::<64>::new(Role::Initiator, &ident(10), &layout);
             let mut e = wire::HelloEncoder::new(
                 &mut buf,
                 layout.fingerprint(),
-                20,
                 Role::Acceptor,
                 16, // declares a 16-bit namespace field
+                ident(20).public_key(),
+                &[0; 16],
             )
             .unwrap();
             e.push(2, &Name::new("dask").unwrap()).unwrap();
@@ -781,8 +906,8 @@ mod tests {
     #[test]
     fn announce_before_hello_and_duplicates_are_refused() {
         let ra = reg();
-        let mut s = Session::<64>::new(Role::Acceptor, 1, ra.layout());
-        let mut buf = [0u8; 128];
+        let mut s = Session::<64>::new(Role::Acceptor, &ident(1), ra.layout());
+        let mut buf = [0u8; 256];
         let n = Frame::Announce {
             id: 20,
             name: Name::new("q").unwrap(),
@@ -794,9 +919,16 @@ mod tests {
             Err(SessionError::Unexpected { .. })
         ));
 
-        let mut s = Session::<64>::new(Role::Acceptor, 1, ra.layout());
-        let mut e =
-            HelloEncoder::new(&mut buf, ra.layout().fingerprint(), 2, Role::Initiator, 8).unwrap();
+        let mut s = Session::<64>::new(Role::Acceptor, &ident(1), ra.layout());
+        let mut e = HelloEncoder::new(
+            &mut buf,
+            ra.layout().fingerprint(),
+            Role::Initiator,
+            8,
+            ident(2).public_key(),
+            &[0; 16],
+        )
+        .unwrap();
         e.push(20, &Name::new("q").unwrap()).unwrap();
         e.push(21, &Name::new("q").unwrap()).unwrap();
         let n = e.finish();
@@ -812,28 +944,28 @@ mod tests {
     #[test]
     fn role_and_token_checks() {
         let ra = reg();
-        let mut a = Session::<64>::new(Role::Initiator, 5, ra.layout());
-        let mut b = Session::<64>::new(Role::Initiator, 6, ra.layout());
+        let mut a = Session::<64>::new(Role::Initiator, &ident(5), ra.layout());
+        let mut b = Session::<64>::new(Role::Initiator, &ident(6), ra.layout());
         let mut buf = vec![0u8; wire::MAX_FRAME_LEN];
         let n = a.poll_transmit(&ra, &mut buf).unwrap().unwrap();
         assert_eq!(b.handle(&buf[..n]), Err(SessionError::RoleConflict));
-        let mut c = Session::<64>::new(Role::Acceptor, 5, ra.layout());
+        let mut c = Session::<64>::new(Role::Acceptor, &ident(5), ra.layout());
         assert_eq!(c.handle(&buf[..n]), Err(SessionError::SameToken));
     }
 
     #[test]
     fn simultaneous_connect_keeps_exactly_one() {
         let (ra, rb) = (reg(), reg());
-        for (ta, tb) in [(1u64, 2u64), (2, 1), (u64::MAX, 0)] {
+        for (sa, sb) in [(1u8, 2u8), (2, 1), (3, 4), (4, 3)] {
+            let (ia, ib) = (ident(sa), ident(sb));
+            let (ta, tb) = (ia.token(), ib.token());
             // connection 1: a opened it; connection 2: b opened it
-            let mut a1 = Session::<64>::new(Role::Initiator, ta, ra.layout());
-            let mut b1 = Session::<64>::new(Role::Acceptor, tb, rb.layout());
-            let mut b2 = Session::<64>::new(Role::Initiator, tb, rb.layout());
-            let mut a2 = Session::<64>::new(Role::Acceptor, ta, ra.layout());
-            pump(&mut a1, &ra, &mut b1);
-            pump(&mut b1, &rb, &mut a1);
-            pump(&mut b2, &rb, &mut a2);
-            pump(&mut a2, &ra, &mut b2);
+            let mut a1 = Session::<64>::new(Role::Initiator, &ia, ra.layout());
+            let mut b1 = Session::<64>::new(Role::Acceptor, &ib, rb.layout());
+            let mut b2 = Session::<64>::new(Role::Initiator, &ib, rb.layout());
+            let mut a2 = Session::<64>::new(Role::Acceptor, &ia, ra.layout());
+            settle(&mut a1, &ra, &mut b1, &rb);
+            settle(&mut b2, &rb, &mut a2, &ra);
             let keep1 = a1.survives_duplicate().unwrap();
             assert_eq!(keep1, b1.survives_duplicate().unwrap());
             let keep2 = a2.survives_duplicate().unwrap();
@@ -850,12 +982,175 @@ mod tests {
         let ra = reg();
         let _n = ra.register("x").unwrap();
         let mut buf = vec![0u8; wire::MAX_FRAME_LEN];
-        let sizes: Vec<usize> = (0..100)
+        let sizes: Vec<usize> = (0..100u8)
             .map(|i| {
-                let mut s = Session::<64>::new(Role::Initiator, i, ra.layout());
+                let mut s = Session::<64>::new(Role::Initiator, &ident(i), ra.layout());
                 s.poll_transmit(&ra, &mut buf).unwrap().unwrap()
             })
             .collect();
         assert!(sizes.iter().all(|&n| n == sizes[0]));
+    }
+
+    /// The HELLO an attacker sends claiming `victim`'s key, with its own nonce.
+    fn claim_hello(
+        buf: &mut [u8],
+        layout: &TagLayout,
+        role: Role,
+        victim: &identity::Identity,
+    ) -> usize {
+        let mut e = HelloEncoder::new(
+            buf,
+            layout.fingerprint(),
+            role,
+            8,
+            victim.public_key(),
+            &[0x5a; 16],
+        )
+        .unwrap();
+        e.push(2, &Name::new("dask").unwrap()).unwrap();
+        e.finish()
+    }
+
+    /// P6: copying a token (the whole public key) is a claim; the PROOF needs the secret key.
+    #[test]
+    fn a_claimed_token_is_never_a_peer() {
+        let ra = reg();
+        let (victim, attacker) = (ident(20), ident(66));
+        let mut a = Session::<64>::new(Role::Acceptor, &ident(10), ra.layout());
+        let mut buf = vec![0u8; wire::MAX_FRAME_LEN];
+        let n = claim_hello(&mut buf, ra.layout(), Role::Initiator, &victim);
+        assert_eq!(a.handle(&buf[..n]), Ok(None));
+        // between HELLO and PROOF: a claim only
+        assert_eq!(a.phase(), Phase::Proving);
+        assert_eq!(a.peer(), None);
+        assert_eq!(a.survives_duplicate(), None);
+        assert_eq!(a.claimed_token(), Some(victim.token()));
+        // a signs its own PROOF (harmless: bound to this connection's nonces and a's key)
+        let n = a.poll_transmit(&ra, &mut buf).unwrap().unwrap();
+        assert!(matches!(wire::decode(&buf[..n]), Ok(Frame::Hello(_))));
+        let n = a.poll_transmit(&ra, &mut buf).unwrap().unwrap();
+        assert!(matches!(wire::decode(&buf[..n]), Ok(Frame::Proof { .. })));
+        // the attacker signs with its own key: refused
+        let fake = Party {
+            public_key: *victim.public_key(),
+            nonce: [0x5a; 16],
+        };
+        let t = identity::transcript(Role::Initiator, ra.layout().fingerprint(), &fake, &a.local);
+        let signature = identity::sign(&attacker.signer(), &t);
+        let n = Frame::Proof { signature }.encode(&mut buf).unwrap();
+        assert_eq!(
+            a.handle(&buf[..n]),
+            Err(SessionError::Unproven {
+                claimed: victim.token(),
+                error: ProofError::BadSignature
+            })
+        );
+        assert_eq!(a.peer(), None);
+        assert_eq!(a.phase(), Phase::Closing(CloseReason::Unproven));
+        // all-zero and random signatures too
+        for sig in [[0u8; 64], [0xff; 64]] {
+            let mut a = Session::<64>::new(Role::Acceptor, &ident(10), ra.layout());
+            let n = claim_hello(&mut buf, ra.layout(), Role::Initiator, &victim);
+            a.handle(&buf[..n]).unwrap();
+            let n = Frame::Proof { signature: sig }.encode(&mut buf).unwrap();
+            assert!(matches!(
+                a.handle(&buf[..n]),
+                Err(SessionError::Unproven { .. })
+            ));
+        }
+    }
+
+    /// P6: a victim's real HELLO and PROOF, replayed on another connection, do not verify
+    /// there (the PROOF signs the other side's fresh nonce).
+    #[test]
+    fn a_replayed_handshake_is_refused() {
+        let (ra, rb) = (reg(), reg());
+        let (ia, ib) = (ident(10), ident(20));
+        let mut a1 = Session::<64>::new(Role::Acceptor, &ia, ra.layout());
+        let mut b = Session::<64>::new(Role::Initiator, &ib, rb.layout());
+        let mut recorded = Vec::new();
+        let mut buf = vec![0u8; wire::MAX_FRAME_LEN];
+        for _ in 0..3 {
+            while let Some(n) = b.poll_transmit(&rb, &mut buf).unwrap() {
+                recorded.push(buf[..n].to_vec());
+                a1.handle(&buf[..n]).unwrap();
+            }
+            pump(&mut a1, &ra, &mut b);
+        }
+        assert!(a1.is_established() && b.is_established());
+        assert_eq!(recorded.len(), 2, "HELLO and PROOF");
+        // the same bytes, to a fresh session of the same process
+        let mut a2 = Session::<64>::new(Role::Acceptor, &ia, ra.layout());
+        assert_eq!(a2.handle(&recorded[0]), Ok(None));
+        assert!(matches!(
+            a2.handle(&recorded[1]),
+            Err(SessionError::Unproven {
+                error: ProofError::BadSignature,
+                ..
+            })
+        ));
+        assert_eq!(a2.peer(), None);
+    }
+
+    #[test]
+    fn proof_out_of_order_and_bad_keys_are_refused() {
+        let ra = reg();
+        let mut buf = vec![0u8; wire::MAX_FRAME_LEN];
+        let proof = Frame::Proof { signature: [1; 64] };
+        let mut a = Session::<64>::new(Role::Acceptor, &ident(10), ra.layout());
+        let n = proof.encode(&mut buf).unwrap();
+        assert!(matches!(
+            a.handle(&buf[..n]),
+            Err(SessionError::Unexpected { frame: "PROOF", .. })
+        ));
+        let (mut a, _b) = pair(&ra, &reg());
+        assert!(matches!(
+            a.handle(&buf[..n]),
+            Err(SessionError::Unexpected { frame: "PROOF", .. })
+        ));
+        // a small-order key is refused at the HELLO
+        let mut weak = [0u8; 32];
+        weak[0] = 1;
+        let mut a = Session::<64>::new(Role::Acceptor, &ident(10), ra.layout());
+        let n = HelloEncoder::new(
+            &mut buf,
+            ra.layout().fingerprint(),
+            Role::Initiator,
+            8,
+            &weak,
+            &[0; 16],
+        )
+        .unwrap()
+        .finish();
+        assert!(matches!(
+            a.handle(&buf[..n]),
+            Err(SessionError::Unproven {
+                error: ProofError::BadPublicKey,
+                ..
+            })
+        ));
+    }
+
+    /// Announcements sent between HELLO and PROOF are kept, but reported only as part of the
+    /// established directory.
+    #[test]
+    fn announcements_before_the_proof_are_held() {
+        let (ra, rb) = (reg(), reg());
+        let mut a = Session::<64>::new(Role::Initiator, &ident(10), ra.layout());
+        let mut b = Session::<64>::new(Role::Acceptor, &ident(20), rb.layout());
+        pump(&mut a, &ra, &mut b); // a's HELLO
+        let late = ra.register("late").unwrap();
+        let mut buf = vec![0u8; wire::MAX_FRAME_LEN];
+        // b has a's HELLO: it sends HELLO, PROOF; a sends nothing more until it has b's HELLO
+        let ev = pump(&mut a, &ra, &mut b);
+        assert!(ev.is_empty(), "announce before proof is quiet: {ev:?}");
+        assert_eq!(b.phase(), Phase::Proving);
+        assert_eq!(b.directory().lookup(late.name()), Some(late.id()));
+        let ev = pump(&mut b, &rb, &mut a);
+        assert!(matches!(ev[..], [Event::Established { .. }]));
+        let ev = pump(&mut a, &ra, &mut b);
+        assert!(matches!(ev[..], [Event::Established { .. }]));
+        assert_eq!(b.directory().lookup(late.name()), Some(late.id()));
+        let _ = &mut buf;
     }
 }

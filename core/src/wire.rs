@@ -3,23 +3,29 @@
 //! never larger than [`MAX_FRAME_LEN`].
 //!
 //! ```text
-//! frame    = magic "TS" | version u8 (=1) | kind u8 | body_len u16 | body      (big endian)
-//! HELLO    = fingerprint u64 | token u64 | role u8 | namespace_bits u8 | count u16 | entry*count
+//! frame    = magic "TS" | version u8 (=2) | kind u8 | body_len u16 | body      (big endian)
+//! HELLO    = fingerprint u64 | role u8 | namespace_bits u8 | public_key [32] | nonce [16]
+//!            | count u16 | entry*count
 //! entry    = id u16 | name_len u8 | name
 //! ANNOUNCE = entry
 //! WITHDRAW = id u16
 //! CLOSE    = reason u8
+//! PROOF    = signature [64]          (Ed25519 over identity::transcript; see crate::identity)
 //! ```
+//!
+//! Version 2 added the key, the nonce and PROOF (P6); the token is no longer sent, it is the
+//! key's first eight bytes.
 //!
 //! ```
 //! use tagspace_core::wire::{decode, Frame, WireError};
 //! let mut buf = [0u8; 64];
 //! let n = Frame::Withdraw { id: 17 }.encode(&mut buf).unwrap();
 //! assert_eq!(decode(&buf[..n]), Ok(Frame::Withdraw { id: 17 }));
-//! assert_eq!(decode(b"XX\x01\x03\x00\x02\x00\x11"), Err(WireError::BadMagic([b'X', b'X'])));
+//! assert_eq!(decode(b"XX\x02\x03\x00\x02\x00\x11"), Err(WireError::BadMagic([b'X', b'X'])));
 //! ```
 
 use crate::error::NameError;
+use crate::identity::{token_of, NONCE_LEN, PUBLIC_KEY_LEN, SIGNATURE_LEN};
 use crate::layout::{MAX_NAMESPACE_BITS, MIN_NAMESPACE_BITS};
 use crate::name::{Name, MAX_NAME_LEN};
 use crate::wellknown::{CONTROL_ID, UNMANAGED_ID};
@@ -28,11 +34,11 @@ use core::fmt;
 /// The two magic bytes at the start of every frame.
 pub const MAGIC: [u8; 2] = *b"TS";
 /// The version this crate speaks.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Bytes before the body.
 pub const HEADER_LEN: usize = 6;
 /// Bytes of a HELLO before its entries.
-pub const HELLO_FIXED_LEN: usize = 20;
+pub const HELLO_FIXED_LEN: usize = 12 + PUBLIC_KEY_LEN + NONCE_LEN;
 /// Largest entry on the wire.
 pub const MAX_ENTRY_LEN: usize = 3 + MAX_NAME_LEN;
 /// Largest frame: the body length is a `u16`.
@@ -42,6 +48,7 @@ const KIND_HELLO: u8 = 1;
 const KIND_ANNOUNCE: u8 = 2;
 const KIND_WITHDRAW: u8 = 3;
 const KIND_CLOSE: u8 = 4;
+const KIND_PROOF: u8 = 5;
 
 /// What went wrong decoding or encoding a frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -173,6 +180,10 @@ pub enum CloseReason {
     ProtocolError,
     /// Two connections formed at once; this one lost the tie-break.
     Superseded,
+    /// The sender could not verify the receiver's identity (its key or PROOF, P6).
+    Unproven,
+    /// The receiver sent more than the sender accepts per second from one connection.
+    Flood,
     /// A reason this version does not know; kept for forward compatibility.
     Other(u8),
 }
@@ -184,6 +195,8 @@ impl CloseReason {
             CloseReason::LayoutMismatch => 1,
             CloseReason::ProtocolError => 2,
             CloseReason::Superseded => 3,
+            CloseReason::Unproven => 4,
+            CloseReason::Flood => 5,
             CloseReason::Other(b) => b,
         }
     }
@@ -194,6 +207,8 @@ impl CloseReason {
             1 => CloseReason::LayoutMismatch,
             2 => CloseReason::ProtocolError,
             3 => CloseReason::Superseded,
+            4 => CloseReason::Unproven,
+            5 => CloseReason::Flood,
             b => CloseReason::Other(b),
         }
     }
@@ -205,17 +220,24 @@ impl CloseReason {
 pub struct Hello<'a> {
     /// The sender's [`TagLayout::fingerprint`](crate::TagLayout::fingerprint).
     pub fingerprint: u64,
-    /// The sender's process token (unique per process; settles simultaneous connects).
-    pub token: u64,
     /// The sender's role on this endpoint.
     pub role: Role,
     /// The sender's namespace width.
     pub namespace_bits: u8,
+    /// The sender's public key: its token is the first eight bytes. A claim until its PROOF.
+    pub public_key: [u8; PUBLIC_KEY_LEN],
+    /// The sender's fresh nonce for this endpoint (the PROOFs sign it).
+    pub nonce: [u8; NONCE_LEN],
     count: u16,
     entries: &'a [u8],
 }
 
 impl<'a> Hello<'a> {
+    /// The token the sender claims (proven only by its PROOF).
+    pub fn token(&self) -> u64 {
+        token_of(&self.public_key)
+    }
+
     /// Number of entries.
     pub fn len(&self) -> usize {
         self.count as usize
@@ -248,7 +270,7 @@ impl fmt::Debug for Hello<'_> {
         }
         f.debug_struct("Hello")
             .field("fingerprint", &format_args!("{:#018x}", self.fingerprint))
-            .field("token", &format_args!("{:#018x}", self.token))
+            .field("token", &format_args!("{:#018x}", self.token()))
             .field("role", &self.role)
             .field("namespace_bits", &self.namespace_bits)
             .field("entries", &Entries(self))
@@ -278,6 +300,11 @@ pub enum Frame<'a> {
         /// Why.
         reason: CloseReason,
     },
+    /// My signature over the handshake transcript: I hold the key my HELLO claimed.
+    Proof {
+        /// Ed25519 signature.
+        signature: [u8; SIGNATURE_LEN],
+    },
 }
 
 struct Reader<'a> {
@@ -304,6 +331,11 @@ impl<'a> Reader<'a> {
     fn u16(&mut self) -> Result<u16, WireError> {
         let b = self.take(2)?;
         Ok(u16::from_be_bytes([b[0], b[1]]))
+    }
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], WireError> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
     }
     fn u64(&mut self) -> Result<u64, WireError> {
         let b = self.take(8)?;
@@ -361,7 +393,6 @@ pub fn decode(bytes: &[u8]) -> Result<Frame<'_>, WireError> {
     let frame = match kind {
         KIND_HELLO => {
             let fingerprint = r.u64()?;
-            let token = r.u64()?;
             let role = match r.u8()? {
                 0 => Role::Acceptor,
                 1 => Role::Initiator,
@@ -371,6 +402,8 @@ pub fn decode(bytes: &[u8]) -> Result<Frame<'_>, WireError> {
             if !(MIN_NAMESPACE_BITS..=MAX_NAMESPACE_BITS).contains(&(namespace_bits as u32)) {
                 return Err(WireError::BadNamespaceBits(namespace_bits));
             }
+            let public_key = r.array()?;
+            let nonce = r.array()?;
             let count = r.u16()?;
             let start = r.pos;
             for _ in 0..count {
@@ -379,9 +412,10 @@ pub fn decode(bytes: &[u8]) -> Result<Frame<'_>, WireError> {
             }
             Frame::Hello(Hello {
                 fingerprint,
-                token,
                 role,
                 namespace_bits,
+                public_key,
+                nonce,
                 count,
                 entries: &bytes[start..r.pos],
             })
@@ -400,6 +434,9 @@ pub fn decode(bytes: &[u8]) -> Result<Frame<'_>, WireError> {
         }
         KIND_CLOSE => Frame::Close {
             reason: CloseReason::from_byte(r.u8()?),
+        },
+        KIND_PROOF => Frame::Proof {
+            signature: r.array()?,
         },
         k => return Err(WireError::UnknownKind(k)),
     };
@@ -460,14 +497,17 @@ impl<'b> HelloEncoder<'b> {
     pub fn new(
         buf: &'b mut [u8],
         fingerprint: u64,
-        token: u64,
         role: Role,
         namespace_bits: u8,
+        public_key: &[u8; PUBLIC_KEY_LEN],
+        nonce: &[u8; NONCE_LEN],
     ) -> Result<Self, WireError> {
         let mut w = Writer::header(buf, KIND_HELLO)?;
         w.put(&fingerprint.to_be_bytes())?;
-        w.put(&token.to_be_bytes())?;
-        w.put(&[role as u8, namespace_bits, 0, 0])?;
+        w.put(&[role as u8, namespace_bits])?;
+        w.put(public_key)?;
+        w.put(nonce)?;
+        w.put(&[0, 0])?;
         Ok(HelloEncoder { w, count: 0 })
     }
 
@@ -494,8 +534,14 @@ impl Frame<'_> {
     pub fn encode(&self, buf: &mut [u8]) -> Result<usize, WireError> {
         match *self {
             Frame::Hello(h) => {
-                let mut e =
-                    HelloEncoder::new(buf, h.fingerprint, h.token, h.role, h.namespace_bits)?;
+                let mut e = HelloEncoder::new(
+                    buf,
+                    h.fingerprint,
+                    h.role,
+                    h.namespace_bits,
+                    &h.public_key,
+                    &h.nonce,
+                )?;
                 for (id, name) in h.entries() {
                     e.push(id, &name)?;
                 }
@@ -516,6 +562,11 @@ impl Frame<'_> {
                 w.put(&[reason.to_byte()])?;
                 Ok(w.finish())
             }
+            Frame::Proof { ref signature } => {
+                let mut w = Writer::header(buf, KIND_PROOF)?;
+                w.put(signature)?;
+                Ok(w.finish())
+            }
         }
     }
 }
@@ -526,7 +577,8 @@ mod tests {
 
     fn hello_bytes(entries: &[(u16, &str)]) -> ([u8; 512], usize) {
         let mut buf = [0u8; 512];
-        let mut e = HelloEncoder::new(&mut buf, 0xfeed, 7, Role::Initiator, 8).unwrap();
+        let mut e =
+            HelloEncoder::new(&mut buf, 0xfeed, Role::Initiator, 8, &[7; 32], &[9; 16]).unwrap();
         for &(id, n) in entries {
             e.push(id, &Name::new(n).unwrap()).unwrap();
         }
@@ -541,8 +593,8 @@ mod tests {
             panic!("not a hello")
         };
         assert_eq!(
-            (h.fingerprint, h.token, h.role),
-            (0xfeed, 7, Role::Initiator)
+            (h.fingerprint, h.token(), h.role, h.nonce),
+            (0xfeed, 0x0707_0707_0707_0707, Role::Initiator, [9; 16])
         );
         let got: std::vec::Vec<_> = h.entries().map(|(i, n)| (i, n.as_str().into())).collect();
         assert_eq!(
@@ -579,18 +631,18 @@ mod tests {
             })
         );
         let mut v = ok.to_vec();
-        v[HEADER_LEN + 16] = 7;
+        v[HEADER_LEN + 8] = 7;
         assert_eq!(decode(&v), Err(WireError::BadRole(7)));
         let mut v = ok.to_vec();
-        v[HEADER_LEN + 17] = 40;
+        v[HEADER_LEN + 9] = 40;
         assert_eq!(decode(&v), Err(WireError::BadNamespaceBits(40)));
         // count says 2 entries, one present
         let mut v = ok.to_vec();
-        v[HEADER_LEN + 19] = 2;
+        v[HEADER_LEN + HELLO_FIXED_LEN - 1] = 2;
         assert!(matches!(decode(&v), Err(WireError::Truncated { .. })));
         // count says 0 entries, one present
         let mut v = ok.to_vec();
-        v[HEADER_LEN + 19] = 0;
+        v[HEADER_LEN + HELLO_FIXED_LEN - 1] = 0;
         assert_eq!(decode(&v), Err(WireError::TrailingBytes { extra: 7 }));
         let (buf, n) = hello_bytes(&[(300, "x")]);
         assert_eq!(
@@ -611,19 +663,40 @@ mod tests {
             })
         );
         assert_eq!(
-            decode(b"TS\x01\x03\x00\x02\x00\x01"),
+            decode(b"TS\x02\x03\x00\x02\x00\x01"),
             Err(WireError::ReservedId { id: 1 })
         );
         assert_eq!(
-            decode(b"TS\x01\x02\x00\x03\x00\x00\x00"),
+            decode(b"TS\x02\x02\x00\x03\x00\x00\x00"),
             Err(WireError::ReservedId { id: 0 })
         );
         assert_eq!(
-            decode(b"TS\x01\x04\x00\x01\x09"),
+            decode(b"TS\x02\x04\x00\x01\x09"),
             Ok(Frame::Close {
                 reason: CloseReason::Other(9)
             })
         );
+    }
+
+    #[test]
+    fn proof_round_trip_and_length() {
+        let mut buf = [0u8; 128];
+        let f = Frame::Proof {
+            signature: [0xab; 64],
+        };
+        let n = f.encode(&mut buf).unwrap();
+        assert_eq!(n, HEADER_LEN + 64);
+        assert_eq!(decode(&buf[..n]), Ok(f));
+        assert!(matches!(
+            decode(&buf[..n - 1]),
+            Err(WireError::LengthMismatch { .. })
+        ));
+        let mut short = buf;
+        short[5] = 63;
+        assert!(matches!(
+            decode(&short[..n - 1]),
+            Err(WireError::Truncated { .. })
+        ));
     }
 
     #[test]

@@ -131,8 +131,16 @@ fn session_stays_consistent_while_the_registry_churns() {
             }
         })
     };
-    let mut tx: Session<32> = Session::new(Role::Initiator, 1, reg.layout());
-    let mut rx: Session<32> = Session::new(Role::Acceptor, 2, peer_reg.layout());
+    let mut tx: Session<32> = Session::new(
+        Role::Initiator,
+        &tagspace_core::Identity::from_seed(&[1; 32]),
+        reg.layout(),
+    );
+    let mut rx: Session<32> = Session::new(
+        Role::Acceptor,
+        &tagspace_core::Identity::from_seed(&[2; 32]),
+        peer_reg.layout(),
+    );
     let mut buf = vec![0u8; wire::MAX_FRAME_LEN];
     let mut frames = 0u64;
     let deadline = std::time::Instant::now() + std::time::Duration::from_millis(1500);

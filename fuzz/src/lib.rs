@@ -8,6 +8,7 @@ use arbitrary::Arbitrary;
 use tagspace_core::layout::{TagLayout, MAX_FIELDS, MAX_NAMESPACE_BITS, MIN_NAMESPACE_BITS};
 use tagspace_core::session::{Phase, Session};
 use tagspace_core::wire::{self, Role};
+use tagspace_core::Identity;
 use tagspace_core::{overlap, RawMatcher, Registry};
 
 /// `wire_decode`: any bytes decode to a frame or an error (never a panic), and a decoded frame
@@ -126,14 +127,20 @@ pub enum Op {
     Pump { from_b: bool, n: u8 },
     /// A hostile peer hands raw bytes to a third session, which must fail cleanly.
     Hostile { bytes: Vec<u8> },
+    /// A hostile peer claims B's key in a HELLO (with its own nonce) to a fresh session of A's
+    /// process and follows with any PROOF: the session must never establish (P6).
+    Forge {
+        nonce: [u8; 16],
+        signature: [u8; 64],
+    },
 }
 
 /// Input of `session`.
 #[derive(Arbitrary, Debug)]
 pub struct SessionInput {
     ops: Vec<Op>,
-    token_a: u64,
-    token_b: u64,
+    seed_a: u8,
+    seed_b: u8,
 }
 
 const NAMES: [&str; 8] = [
@@ -157,15 +164,17 @@ fn layout() -> TagLayout {
 /// side's live registry (P1). Hostile bytes never panic a session, and a failed session queues
 /// a CLOSE.
 pub fn check_session(input: &SessionInput) {
-    if input.token_a == input.token_b {
-        return; // equal tokens are refused by design (SameToken); nothing to converge
+    if input.seed_a == input.seed_b {
+        return; // one identity on both sides is refused by design (SameToken)
     }
+    let ia = Identity::from_seed(&[input.seed_a; 32]);
+    let ib = Identity::from_seed(&[input.seed_b; 32]);
     let (ra, rb): (Reg, Reg) = (Registry::new(layout()), Registry::new(layout()));
     let mut held_a: Vec<Option<_>> = (0..NAMES.len()).map(|_| None).collect();
     let mut held_b: Vec<Option<_>> = (0..NAMES.len()).map(|_| None).collect();
-    let mut sa: Session<32> = Session::new(Role::Initiator, input.token_a, ra.layout());
-    let mut sb: Session<32> = Session::new(Role::Acceptor, input.token_b, rb.layout());
-    let mut victim: Session<32> = Session::new(Role::Acceptor, input.token_b, rb.layout());
+    let mut sa: Session<32> = Session::new(Role::Initiator, &ia, ra.layout());
+    let mut sb: Session<32> = Session::new(Role::Acceptor, &ib, rb.layout());
+    let mut victim: Session<32> = Session::new(Role::Acceptor, &ib, rb.layout());
     let mut buf = vec![0u8; wire::MAX_FRAME_LEN];
 
     for op in input.ops.iter().take(256) {
@@ -203,8 +212,32 @@ pub fn check_session(input: &SessionInput) {
             Op::Hostile { ref bytes } => {
                 if victim.handle(bytes).is_err() {
                     assert!(matches!(victim.phase(), Phase::Closing(_) | Phase::Closed));
-                    victim = Session::new(Role::Acceptor, input.token_b, rb.layout());
+                    victim = Session::new(Role::Acceptor, &ib, rb.layout());
                 }
+            }
+            Op::Forge {
+                nonce,
+                ref signature,
+            } => {
+                let mut target: Session<32> = Session::new(Role::Acceptor, &ia, ra.layout());
+                let n = wire::HelloEncoder::new(
+                    &mut buf,
+                    ra.layout().fingerprint(),
+                    Role::Initiator,
+                    5,
+                    ib.public_key(),
+                    &nonce,
+                )
+                .expect("hello")
+                .finish();
+                assert_eq!(target.handle(&buf[..n]), Ok(None));
+                let n = wire::Frame::Proof {
+                    signature: *signature,
+                }
+                .encode(&mut buf)
+                .expect("proof");
+                assert!(target.handle(&buf[..n]).is_err(), "a forged proof verified");
+                assert_eq!(target.peer(), None);
             }
         }
     }
@@ -231,6 +264,8 @@ pub fn check_session(input: &SessionInput) {
         let dir: Vec<_> = session.directory().iter().map(|(n, i)| (*n, i)).collect();
         assert_eq!(dir, live, "directory did not converge");
     }
-    assert_eq!(sa.survives_duplicate(), Some(input.token_a < input.token_b));
-    assert_eq!(sb.survives_duplicate(), Some(input.token_a < input.token_b));
+    let a_lower = ia.token() < ib.token();
+    assert_eq!(sa.survives_duplicate(), Some(a_lower));
+    assert_eq!(sb.survives_duplicate(), Some(a_lower));
+    assert_eq!(sa.peer().map(|p| p.token), Some(ib.token()));
 }

@@ -17,6 +17,14 @@ pub type Op = u64;
 /// The outcome of an operation: `Some(data)` for receives.
 pub type OpResult = Result<Option<Vec<u8>>, String>;
 
+/// Process `p`'s identity: a fixed seed per process, so runs repeat exactly (test only: real
+/// identities are made from the operating system's randomness).
+pub fn identity(p: Proc) -> tagspace_core::Identity {
+    let mut seed = [0x5e; 32];
+    seed[..8].copy_from_slice(&(p as u64).to_le_bytes());
+    tagspace_core::Identity::from_seed(&seed)
+}
+
 /// Per-namespace counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
@@ -75,6 +83,9 @@ pub trait Cluster {
     fn legacy_probe(&mut self, p: Proc, tag: u64, mask: u64, remove: bool) -> Option<u64>;
     /// A hostile peer sends raw bytes as a control frame.
     fn inject_control(&mut self, from: Proc, to: Proc, bytes: &[u8]);
+    /// A connection from outside tagspace (no node behind it) to `to`, which sends each of
+    /// `frames` as a control message once wired up, and stays open.
+    fn raw_control(&mut self, to: Proc, frames: &[Vec<u8>]);
     /// Messages for unregistered ids drained in `p`.
     fn stray(&self, p: Proc) -> u64;
     /// Messages waiting in `p`'s unexpected queue.
@@ -113,6 +124,7 @@ macro_rules! conformance_suite {
             send_during_handshake_waits,
             simultaneous_connect_keeps_one,
             malformed_control_bytes_close_only_that_peer,
+            claimed_identity_is_not_a_peer,
             stray_messages_counted_and_drained,
             peer_failure_mid_stream,
             ordering_per_sender,

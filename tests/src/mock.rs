@@ -23,7 +23,7 @@ impl MockCluster {
     }
 
     fn token(p: Proc) -> u64 {
-        0x5eed_0000_0000 + (p as u64) * 7919
+        crate::identity(p).token()
     }
 }
 
@@ -36,7 +36,7 @@ impl Default for MockCluster {
 impl Cluster for MockCluster {
     fn spawn(&mut self) -> Proc {
         let p = self.nodes.len();
-        let node = Node::new(&mut self.fabric, ProcessId(p), Self::token(p));
+        let node = Node::new(&mut self.fabric, ProcessId(p), crate::identity(p));
         self.nodes.push(node);
         p
     }
@@ -162,6 +162,20 @@ impl Cluster for MockCluster {
         self.nodes[from]
             .inject_control(&mut self.fabric, peer, bytes)
             .expect("inject");
+    }
+
+    fn raw_control(&mut self, to: Proc, frames: &[Vec<u8>]) {
+        let layout = self.layout();
+        let control_am =
+            (tagspace_core::wellknown::CONTROL_ID as u32 * layout.am_ids_per_namespace()) as u16;
+        let raw = self
+            .fabric
+            .new_worker(ProcessId(1_000_000 + self.nodes.len()));
+        self.fabric.am_set_handler(raw, control_am).unwrap();
+        let ep = self.fabric.connect(raw, self.nodes[to].worker()).unwrap();
+        for f in frames {
+            self.fabric.am_send(ep, control_am, f).unwrap();
+        }
     }
 
     fn stray(&self, p: Proc) -> u64 {

@@ -256,6 +256,67 @@ pub fn malformed_control_bytes_close_only_that_peer<C: Cluster + ?Sized>(c: &mut
     assert_eq!(ok(c, good, r).unwrap(), b"still fine");
 }
 
+/// A HELLO claiming `victim`'s public key (all a peer without its secret key can copy), and a
+/// PROOF of made-up bytes.
+fn forged_handshake(layout: &tagspace_core::TagLayout, victim: Proc) -> (Vec<u8>, Vec<u8>) {
+    use tagspace_core::wire::{Frame, HelloEncoder, Role, MAX_FRAME_LEN};
+    let mut buf = vec![0u8; MAX_FRAME_LEN];
+    let mut e = HelloEncoder::new(
+        &mut buf,
+        layout.fingerprint(),
+        Role::Initiator,
+        layout.namespace_field().width() as u8,
+        crate::identity(victim).public_key(),
+        &[0x42; 16],
+    )
+    .unwrap();
+    e.push(16, &tagspace_core::Name::new("dask").unwrap())
+        .unwrap();
+    let n = e.finish();
+    let hello = buf[..n].to_vec();
+    let n = Frame::Proof {
+        signature: [0x42; 64],
+    }
+    .encode(&mut buf)
+    .unwrap();
+    (hello, buf[..n].to_vec())
+}
+
+/// P6: a connection that claims another process's identity is never indexed as that process,
+/// whether it comes before the real one or while it is connected, and cannot supersede it; a
+/// PROOF it made up closes it as a protocol error.
+pub fn claimed_identity_is_not_a_peer<C: Cluster + ?Sized>(c: &mut C) {
+    let (a, b) = (c.spawn(), c.spawn());
+    let la = c.register(a, "dask").unwrap();
+    let lb = c.register(b, "dask").unwrap();
+    let (hello, proof) = forged_handshake(&c.layout(), b);
+    // the claim comes first and never proves anything
+    c.raw_control(a, std::slice::from_ref(&hello));
+    c.settle();
+    assert_eq!(c.live_connections(a, b), 0, "an unproven claim was indexed");
+    assert_eq!(
+        c.protocol_errors(a),
+        0,
+        "the claim is pending, not yet refused"
+    );
+    c.connect(b, a).unwrap();
+    c.settle();
+    assert_eq!(c.live_connections(a, b), 1);
+    let op = c.send(a, la, b, 1, b"to the real b", T);
+    ok(c, a, op);
+    let r = c.recv(b, lb, 1);
+    assert_eq!(ok(c, b, r).unwrap(), b"to the real b");
+    // with the real b connected: the claim and a made-up proof
+    c.raw_control(a, &[hello, proof]);
+    c.settle();
+    assert_eq!(c.protocol_errors(a), 1, "the forged proof is refused");
+    assert_eq!(c.live_connections(a, b), 1, "the real connection stays");
+    let op = c.send(a, la, b, 2, b"still the real b", T);
+    ok(c, a, op);
+    let r = c.recv(b, lb, 2);
+    assert_eq!(ok(c, b, r).unwrap(), b"still the real b");
+}
+
 /// D2: messages for an id nobody registered are counted and drained, not left queued.
 pub fn stray_messages_counted_and_drained<C: Cluster + ?Sized>(c: &mut C) {
     let p = mesh(c, 2);

@@ -12,7 +12,7 @@ use crate::{Cluster, Counters, Lib, Op, OpResult, Proc};
 use std::time::{Duration, Instant};
 use tagspace_core::{Registry, TagLayout};
 use tagspace_ucx::node::{Clock, LibId, Node, NodeConfig, OpId};
-use tagspace_ucx::ucp::{Config, Request, Started};
+use tagspace_ucx::ucp::{Config, Endpoint, Request, Started, Worker};
 
 /// Largest message a conformance receive accepts.
 pub const RECV_CAP: usize = 128 * 1024;
@@ -24,6 +24,8 @@ pub struct UcxCluster {
     clock: Clock,
     /// Legacy sends UCX has not finished with.
     background: Vec<Request>,
+    /// Connections from outside tagspace ([`Cluster::raw_control`]), kept open.
+    raw: Vec<(Worker, Endpoint)>,
 }
 
 impl UcxCluster {
@@ -36,6 +38,7 @@ impl UcxCluster {
             ucx,
             clock: Clock::manual(),
             background: Vec::new(),
+            raw: Vec::new(),
         }
     }
 
@@ -50,7 +53,7 @@ impl UcxCluster {
     }
 
     fn token(p: Proc) -> u64 {
-        0x5eed_0000_0000 + (p as u64) * 7919
+        crate::identity(p).token()
     }
 
     /// The node of a live process.
@@ -64,6 +67,11 @@ impl UcxCluster {
             busy |= n.progress();
         }
         self.background.retain_mut(|r| r.test().is_none());
+        // Raw workers are only kept alive (they answer nothing): not counted as activity.
+        for (w, _) in &self.raw {
+            while w.take_am().is_some() {}
+            w.progress();
+        }
         busy
     }
 
@@ -86,7 +94,7 @@ impl Cluster for UcxCluster {
         let registry: &'static Registry<256> =
             Box::leak(Box::new(Registry::new(TagLayout::DEFAULT)));
         let cfg = NodeConfig {
-            token: Self::token(p),
+            identity: std::sync::Arc::new(crate::identity(p)),
             clock: self.clock.clone(),
             ..NodeConfig::loopback(self.ucx.clone())
         };
@@ -234,6 +242,32 @@ impl Cluster for UcxCluster {
     fn inject_control(&mut self, from: Proc, to: Proc, bytes: &[u8]) {
         let peer = Self::token(to);
         self.node(from).inject_control(peer, bytes).expect("inject");
+    }
+
+    fn raw_control(&mut self, to: Proc, frames: &[Vec<u8>]) {
+        let layout = self.layout();
+        let control_am =
+            (tagspace_core::wellknown::CONTROL_ID as u32 * layout.am_ids_per_namespace()) as u16;
+        let w = Worker::new(&self.ucx).expect("raw worker");
+        // the node answers with its own frames: every AM id needs a handler on UCX 1.12/1.13
+        w.guard_am_ids().expect("AM handlers");
+        let addr = self.node(to).listen_addr().expect("listener");
+        let ep = Endpoint::connect(&w, addr).expect("raw connect");
+        // U1: wired up before sending
+        if let Ok(Started::Pending(mut r)) = ep.flush() {
+            let start = Instant::now();
+            while r.test().is_none() {
+                assert!(start.elapsed() < Duration::from_secs(10), "raw flush");
+                w.progress();
+                self.progress_all();
+            }
+        }
+        for f in frames {
+            if let Ok(Started::Pending(r)) = ep.am_send(control_am, f.clone()) {
+                self.background.push(r);
+            }
+        }
+        self.raw.push((w, ep));
     }
 
     fn stray(&self, p: Proc) -> u64 {

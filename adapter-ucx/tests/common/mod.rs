@@ -7,12 +7,20 @@ use tagspace_ucx::ucp::Config;
 /// A node on its own registry (a "process" of its own), listening on loopback over TCP with
 /// rendezvous above 8 KiB, with library "dask" registered.
 pub fn dask_node() -> (Node, LibId) {
+    dask_node_with(|_| {})
+}
+
+/// [`dask_node`], with its configuration changed by `edit` first.
+#[allow(dead_code)] // not every test binary that includes this module uses it
+pub fn dask_node_with(edit: impl FnOnce(&mut NodeConfig)) -> (Node, LibId) {
     let reg: &'static Registry<256> = Box::leak(Box::new(Registry::new(TagLayout::DEFAULT)));
     let ucx = Config {
         rndv_thresh: Some(8192),
         ..Config::tcp()
     };
-    let mut n = Node::with_registry(NodeConfig::loopback(ucx), reg).expect("UCX node");
+    let mut cfg = NodeConfig::loopback(ucx);
+    edit(&mut cfg);
+    let mut n = Node::with_registry(cfg, reg).expect("UCX node");
     let lib = n.register("dask").unwrap();
     (n, lib)
 }

@@ -10,6 +10,13 @@
  *   hostile_peer IP PORT churn N         N times: connect, wait until wired up, close at once
  *   hostile_peer IP PORT early N ID      at once after connecting, N 16-byte AMs on id ID (the
  *                                        victim's control id), before anything else
+ *   hostile_peer IP PORT flood N ID      once wired up, N 8-byte AMs on id ID with the reply
+ *                                        flag, as fast as UCX takes them (the victim may cut
+ *                                        the connection: sends then fail, which is expected)
+ *   hostile_peer IP PORT frames ID MS HEX[,HEX...]
+ *                                        once wired up, each hex string as one AM on id ID (the
+ *                                        victim's control id: crafted control frames), then
+ *                                        stays connected, progressing, for MS milliseconds
  *
  * Exits 0 once everything it sent has completed locally, 1 on a UCX error (printed).
  */
@@ -17,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <arpa/inet.h>
 #include <ucp/api/ucp.h>
 
@@ -73,6 +81,29 @@ static uint64_t splitmix(uint64_t *x)
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* Decodes hex into a new buffer; returns its length, or -1 on a bad digit. */
+static long unhex(const char *hex, unsigned char **out)
+{
+    size_t n = strlen(hex) / 2, i;
+    *out = malloc(n + 1);
+    for (i = 0; i < n; i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1) {
+            free(*out);
+            return -1;
+        }
+        (*out)[i] = (unsigned char)v;
+    }
+    return (long)n;
 }
 
 int main(int argc, char **argv)
@@ -168,6 +199,80 @@ int main(int argc, char **argv)
         }
         printf("connected and disconnected %ld times\n", i);
         argv[3] = "done";
+    }
+
+    if (strcmp(argv[3], "flood") == 0 && argc >= 6) {
+        long n = atol(argv[4]), i, failed = 0;
+        unsigned id = (unsigned)strtoul(argv[5], NULL, 0);
+        for (i = 0; i < n; i++) {
+            ucs_status_ptr_t r;
+            memset(&rp, 0, sizeof(rp));
+            rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+            rp.flags        = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
+            r = ucp_am_send_nbx(ep, id, NULL, 0, &payload, sizeof(payload), &rp);
+            if (UCS_PTR_IS_ERR(r)) {
+                failed++;
+                break;
+            }
+            if (r != NULL) {
+                while (ucp_request_check_status(r) == UCS_INPROGRESS) {
+                    ucp_worker_progress(worker);
+                }
+                if (ucp_request_check_status(r) != UCS_OK) {
+                    failed++;
+                }
+                ucp_request_free(r);
+                if (failed) {
+                    break;
+                }
+            }
+            ucp_worker_progress(worker);
+        }
+        printf("flooded %ld active messages (%s)\n", i, failed ? "cut off" : "all sent");
+        fflush(stdout);
+        memset(&rp, 0, sizeof(rp));
+        rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        rp.flags        = UCP_EP_CLOSE_FLAG_FORCE;
+        (void)wait_req(ucp_ep_close_nbx(ep, &rp), "close");
+        ucp_worker_destroy(worker);
+        ucp_cleanup(ctx);
+        return 0;
+    }
+
+    if (strcmp(argv[3], "frames") == 0 && argc >= 7) {
+        unsigned id = (unsigned)strtoul(argv[4], NULL, 0);
+        double until;
+        char *tok;
+        int sent = 0;
+        for (tok = strtok(argv[6], ","); tok != NULL && rc == 0; tok = strtok(NULL, ",")) {
+            unsigned char *frame;
+            long len = unhex(tok, &frame);
+            if (len < 0) {
+                fprintf(stderr, "hostile_peer: bad hex frame\n");
+                return 2;
+            }
+            memset(&rp, 0, sizeof(rp));
+            rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+            rp.flags        = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
+            rc |= wait_req(ucp_am_send_nbx(ep, id, NULL, 0, frame, (size_t)len, &rp), "frame");
+            free(frame);
+            sent++;
+        }
+        printf("sent %d crafted control frames\n", sent);
+        fflush(stdout);
+        until = now_ms() + atof(argv[5]);
+        while (now_ms() < until) {
+            ucp_worker_progress(worker);
+        }
+        /* The victim may have closed this connection meanwhile (it refused the claim, or its
+         * handshake deadline passed): leave without the final flush. */
+        memset(&rp, 0, sizeof(rp));
+        rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        rp.flags        = UCP_EP_CLOSE_FLAG_FORCE;
+        (void)wait_req(ucp_ep_close_nbx(ep, &rp), "close");
+        ucp_worker_destroy(worker);
+        ucp_cleanup(ctx);
+        return rc;
     }
 
     if (strcmp(argv[3], "am") == 0) {
