@@ -28,7 +28,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tagspace_core::identity::Identity;
 use tagspace_core::namespace::{am_namespace, Route};
 use tagspace_core::session::{Event, Phase, Session, SessionError};
@@ -48,6 +48,9 @@ pub const STRAY_PROBES_PER_CALL: u32 = 32;
 /// The most strays one `progress` call takes from the head of UCX's unexpected queue (each
 /// costs a constant-time look at the head and a hashed take, D4).
 pub const STRAY_TAKES_PER_CALL: u32 = 1024;
+/// Most time (µs) one `progress` call spends draining strays, whatever the counts above allow
+/// (D4): under a flood each probe scans a longer queue. What is left resumes on the next call.
+pub const STRAY_TIME_BUDGET_US: u64 = 2_000;
 /// How many peers whose connections are gone a node remembers (to fail later operations for
 /// them with `PeerDown` rather than wait): the oldest are forgotten first (D5).
 pub const GONE_PEERS_MAX: usize = 4096;
@@ -1728,7 +1731,13 @@ impl Node {
         let layout = self.registry.layout();
         let field = layout.namespace_field();
         let mut n = 0;
+        // Every probe may scan UCX's whole unexpected queue, whose length a flood decides: the
+        // counts below bound the probes, the clock bounds what they cost together.
+        let deadline = Instant::now() + Duration::from_micros(STRAY_TIME_BUDGET_US);
         for _ in 0..STRAY_TAKES_PER_CALL {
+            if Instant::now() >= deadline {
+                return n;
+            }
             self.stats.stray_head_probes += 1;
             let Some(oldest) = self.worker.tag_probe(0, 0) else {
                 break;
@@ -1740,7 +1749,7 @@ impl Node {
             n += 1;
         }
         let mut budget = STRAY_PROBES_PER_CALL;
-        while budget > 0 && self.sweep_id != 0 {
+        while budget > 0 && self.sweep_id != 0 && Instant::now() < deadline {
             let id = self.sweep_id;
             if id as usize >= self.registry.capacity() {
                 self.sweep_id = 0;
