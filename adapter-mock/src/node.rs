@@ -122,6 +122,8 @@ struct Conn {
     ep: EpId,
     session: Box<Session<CAP>>,
     state: ConnState,
+    /// Its session's pins were given back (R7), once it went down.
+    finished: bool,
 }
 
 struct Lib {
@@ -310,6 +312,7 @@ impl Node {
             ep,
             session: Box::new(Session::new(role, &self.identity, self.registry.layout())),
             state: ConnState::Open,
+            finished: false,
         });
     }
 
@@ -613,7 +616,9 @@ impl Node {
                 None => self.stray += 1,
             }
         }
+        self.take_ack_tags(fab);
         self.flush(fab);
+        self.release_pins(fab);
         let ids: Vec<OpId> = self.ops.keys().copied().collect();
         for id in ids {
             self.advance_op(fab, id);
@@ -679,6 +684,51 @@ impl Node {
                 break;
             }
         }
+        // R7: the tag half of each withdrawal acknowledgement, after this side's tag messages.
+        while let Some(tag) = c.session.poll_ack_tag(self.registry.layout()) {
+            let _ = fab.tag_send(c.ep, tag, &[]);
+        }
+    }
+
+    /// R7: takes the withdrawal acknowledgements (tags in the control namespace) and hands
+    /// each to the session whose withdrawal it confirms; anything else there is a stray.
+    fn take_ack_tags(&mut self, fab: &mut Fabric) {
+        let layout = *self.registry.layout();
+        let tag = (CONTROL_ID as u64) << layout.namespace_field().shift();
+        while let Ok(Some(r)) = fab.tag_probe(self.worker, tag, layout.namespace_mask(), true) {
+            let mine =
+                tagspace_core::wire::parse_ack_tag(&layout, r.tag).is_some_and(|(id, seq)| {
+                    self.conns.iter_mut().any(|c| c.session.on_ack_tag(id, seq))
+                });
+            if !mine {
+                self.stray += 1;
+            }
+        }
+    }
+
+    /// R7: ids whose withdrawal a peer confirmed, and every pin of a connection that went
+    /// down, are drained of what arrived for them (if quarantined: all strays) and unpinned.
+    fn release_pins(&mut self, fab: &mut Fabric) {
+        let mut ids = Vec::new();
+        for c in &mut self.conns {
+            while let Some(id) = c.session.take_confirmed() {
+                ids.push(id);
+            }
+            if matches!(c.state, ConnState::Down(_) | ConnState::Superseded) && !c.finished {
+                c.finished = true;
+                ids.extend(c.session.finish());
+            }
+        }
+        let field = self.registry.layout().namespace_field();
+        for id in ids {
+            if self.registry.is_quarantined(id) {
+                let tag = (id as u64) << field.shift();
+                while let Ok(Some(_)) = fab.tag_probe(self.worker, tag, field.mask(), true) {
+                    self.stray += 1;
+                }
+            }
+            self.registry.unpin(id);
+        }
     }
 
     fn flush(&mut self, fab: &mut Fabric) {
@@ -694,7 +744,8 @@ impl Node {
     pub fn drain_strays(&mut self, fab: &mut Fabric) {
         let layout = *self.registry.layout();
         let field = layout.namespace_field();
-        for id in 1..self.registry.capacity() as u16 {
+        // The control id (1) carries withdrawal acks: `take_ack_tags` takes those.
+        for id in 2..self.registry.capacity() as u16 {
             if self.registry.name_of(id).is_some() {
                 continue;
             }

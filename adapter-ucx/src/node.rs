@@ -73,6 +73,8 @@ pub const EARLY_FRAMES_MAX: usize = 64;
 pub const EARLY_BYTES_MAX: usize = 64 * 1024;
 /// How long (ms) a new connection may take to complete its handshake (HELLOs and PROOFs).
 pub const HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+/// Withdrawal acknowledgement tags taken per `progress` call at most (R7).
+pub const ACKS_PER_CALL: u32 = 64;
 /// Protocol errors kept for [`Node::protocol_errors`] (older ones are only counted).
 pub const PROTOCOL_ERRORS_KEPT: usize = 64;
 
@@ -257,6 +259,13 @@ pub struct NodeStats {
     pub handshake_timeouts: u64,
     /// Connections closed because the peer sent more than [`PeerLimits`] allow.
     pub flood_closes: u64,
+    /// Withdrawal acknowledgements sent as tag messages (R7).
+    pub acks_sent: u64,
+    /// Withdrawal acknowledgements received as tag messages and matched to a withdrawal.
+    pub acks_received: u64,
+    /// Ids this node gave back to the registry's quarantine (R7): confirmed withdrawals and
+    /// the pins of ended connections.
+    pub ids_unpinned: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -465,6 +474,12 @@ pub struct Node {
     /// Endpoints waiting for their requests to finish before they are closed.
     closing: Vec<Closing>,
     buf: Vec<u8>,
+    /// The posted receive for withdrawal acknowledgements (R7): the control namespace, any
+    /// payload. Re-posted as each completes.
+    ack_recv: Option<Request>,
+    /// Ids this node's sessions are done with (confirmed withdrawals, ended connections): each
+    /// is drained of what arrived for it if it is quarantined, then unpinned (R7).
+    unpin_pending: Vec<u16>,
 }
 
 impl Node {
@@ -515,7 +530,11 @@ impl Node {
             background: Vec::new(),
             closing: Vec::new(),
             buf: vec![0; MAX_FRAME_LEN],
+            ack_recv: None,
+            unpin_pending: Vec::new(),
         };
+        let mut node = node;
+        node.post_ack_recv()?;
         tracing::info!(token = node.token, addr = ?node.listen_addr().ok(), "tagspace node up");
         Ok(node)
     }
@@ -939,10 +958,18 @@ impl Node {
     /// connection churn.
     fn forget_closed(&mut self) {
         let mut went = Vec::new();
-        self.conns.retain(|c| {
+        let unpin = &mut self.unpin_pending;
+        self.conns.retain_mut(|c| {
             let keep = c.ep.is_some() || c.state == ConnState::Open;
             if let (false, ConnState::Down(cause), Some(p)) = (keep, c.state, c.peer()) {
                 went.push((p, cause));
+            }
+            if !keep {
+                // R7: nothing more can come from this connection; its pins go (after a drain).
+                while let Some(id) = c.session.take_confirmed() {
+                    unpin.push(id);
+                }
+                unpin.extend(c.session.finish());
             }
             keep
         });
@@ -1194,7 +1221,9 @@ impl Node {
             busy = true;
             self.on_am(am);
         }
+        busy |= self.take_ack_tags();
         busy |= self.flush();
+        busy |= self.release_confirmed();
         let ids: Vec<OpId> = self
             .ops
             .iter()
@@ -1702,7 +1731,111 @@ impl Node {
                 }
             }
         }
+        // R7: the tag half of each withdrawal acknowledgement, posted after every tag message
+        // this node has already posted on the endpoint (so UCX delivers it after them).
+        while let Some(tag) = c.session.poll_ack_tag(self.registry.layout()) {
+            sent = true;
+            self.stats.acks_sent += 1;
+            match ep.tag_send(tag, Vec::new()) {
+                Ok(Started::Pending(r)) => c.ctl_inflight.push(r),
+                Ok(Started::Done(_)) => {}
+                Err(e) => tracing::warn!(error = %e, "sending a withdrawal ack failed"),
+            }
+        }
         sent
+    }
+
+    /// Posts the receive for withdrawal acknowledgements (R7): any tag in the control
+    /// namespace. One wildcard receive: UCX checks each arriving message against it, a constant
+    /// cost, and the stray drain leaves the control namespace alone.
+    fn post_ack_recv(&mut self) -> Result<(), NodeError> {
+        let layout = self.registry.layout();
+        let tag = (CONTROL_ID as u64) << layout.namespace_field().shift();
+        self.ack_recv = Some(self.worker.tag_recv(
+            tag,
+            layout.namespace_mask(),
+            Vec::with_capacity(0),
+        )?);
+        Ok(())
+    }
+
+    /// Takes the acknowledgement tags that arrived (at most [`ACKS_PER_CALL`]) and hands each
+    /// to the session it belongs to. Returns whether any came.
+    fn take_ack_tags(&mut self) -> bool {
+        let mut any = false;
+        for _ in 0..ACKS_PER_CALL {
+            let Some(done) = self.ack_recv.as_mut().and_then(Request::test) else {
+                break;
+            };
+            any = true;
+            if let Ok(Completion::Received { tag, .. }) = done {
+                self.on_ack_tag(tag);
+            } else {
+                // Not an ack (data on the control namespace is truncated): a stray.
+                self.stats.stray += 1;
+            }
+            if let Err(e) = self.post_ack_recv() {
+                tracing::error!(error = %e, "re-posting the withdrawal-ack receive failed");
+                self.ack_recv = None;
+                break;
+            }
+        }
+        any
+    }
+
+    fn on_ack_tag(&mut self, tag: u64) {
+        let layout = *self.registry.layout();
+        let claimed = tagspace_core::wire::parse_ack_tag(&layout, tag).is_some_and(|(id, seq)| {
+            self.conns
+                .iter_mut()
+                .any(|c| c.ep.is_some() && c.session.on_ack_tag(id, seq))
+        });
+        if claimed {
+            self.stats.acks_received += 1;
+        } else {
+            // Unknown, stale or forged: nobody's withdrawal is waiting for it.
+            self.stats.stray += 1;
+        }
+    }
+
+    /// Collects the ids whose withdrawal peers confirmed, then drains each quarantined one of
+    /// what arrived for it (all strays now: nobody owns the id) and unpins it — within the
+    /// stray budget; what is left waits for the next call.
+    fn release_confirmed(&mut self) -> bool {
+        for c in &mut self.conns {
+            while let Some(id) = c.session.take_confirmed() {
+                self.unpin_pending.push(id);
+            }
+        }
+        if self.unpin_pending.is_empty() {
+            return false;
+        }
+        let field = self.registry.layout().namespace_field();
+        let mut budget = STRAY_PROBES_PER_CALL;
+        let mut k = 0;
+        while k < self.unpin_pending.len() {
+            let id = self.unpin_pending[k];
+            if self.registry.is_quarantined(id) {
+                // Take what arrived for the released id until none is left.
+                let mut empty = false;
+                while budget > 0 {
+                    budget -= 1;
+                    self.stats.stray_probes += 1;
+                    if !self.take_stray((id as u64) << field.shift(), field.mask(), id) {
+                        empty = true;
+                        break;
+                    }
+                }
+                if !empty {
+                    k += 1; // out of budget: the next call goes on
+                    continue;
+                }
+            }
+            self.unpin_pending.swap_remove(k);
+            self.registry.unpin(id);
+            self.stats.ids_unpinned += 1;
+        }
+        true
     }
 
     fn flush(&mut self) -> bool {
@@ -1773,7 +1906,8 @@ impl Node {
     /// Whether messages for namespace id `id` belong to someone here (a library on this
     /// registry, or legacy code for id 0).
     fn owned(&self, id: u16) -> bool {
-        id == 0 || self.registry.name_of(id).is_some()
+        // The control namespace carries withdrawal acks, taken by their own receive.
+        id == 0 || id == CONTROL_ID || self.registry.name_of(id).is_some()
     }
 
     /// Takes one unexpected message matching `(tag, mask)` as a stray of namespace id `id`.
@@ -1810,6 +1944,22 @@ impl Node {
             self.worker.progress();
             self.close_retired();
             self.background.retain_mut(|r| r.test().is_none());
+        }
+    }
+}
+
+impl Drop for Node {
+    /// Gives back every pin this node's sessions hold (R7): its worker goes with it, so nothing
+    /// more can arrive here for those ids.
+    fn drop(&mut self) {
+        for c in &mut self.conns {
+            while let Some(id) = c.session.take_confirmed() {
+                self.unpin_pending.push(id);
+            }
+            self.unpin_pending.extend(c.session.finish());
+        }
+        for id in self.unpin_pending.drain(..) {
+            self.registry.unpin(id);
         }
     }
 }

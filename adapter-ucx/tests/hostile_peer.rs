@@ -136,6 +136,12 @@ fn honest_exchange(a: &mut Node, la: LibId, b: &mut Node, lb: LibId, round: u64)
 fn pair() -> (Node, LibId, Node, LibId) {
     let (mut a, la) = node();
     let (mut b, lb) = node();
+    connect(&mut a, la, &mut b, lb);
+    (a, la, b, lb)
+}
+
+/// `b` connects to `a`; returns once each has a route to the other's "dask".
+fn connect(a: &mut Node, la: LibId, b: &mut Node, lb: LibId) {
     b.connect(a.listen_addr().unwrap()).unwrap();
     let start = Instant::now();
     while b.route_tag(lb, a.token(), 0).ok().flatten().is_none()
@@ -145,7 +151,6 @@ fn pair() -> (Node, LibId, Node, LibId) {
         a.progress();
         b.progress();
     }
-    (a, la, b, lb)
 }
 
 /// One 8-byte Active Message on ids nobody registered — 0 (ucx-py's and ucxx's), ids below
@@ -511,15 +516,7 @@ fn a_flooding_connection_is_cut_off() {
     let (mut a, la) = common::dask_node_with(|cfg| cfg.limits = limits);
     a.am_listen(la, 3).unwrap();
     let (mut b, lb) = node();
-    b.connect(a.listen_addr().unwrap()).unwrap();
-    let start = Instant::now();
-    while b.route_tag(lb, a.token(), 0).ok().flatten().is_none()
-        || a.route_tag(la, b.token(), 0).ok().flatten().is_none()
-    {
-        assert!(start.elapsed() < Duration::from_secs(30), "no connection");
-        a.progress();
-        b.progress();
-    }
+    connect(&mut a, la, &mut b, lb);
     let child = attack(&a, &["flood", "20000", "0"]);
     let out = run_attack(&mut a, &mut b, child);
     for _ in 0..100 {
@@ -547,7 +544,7 @@ fn a_flooding_connection_is_cut_off() {
         use tagspace_core::wire::Frame;
         for f in [
             Frame::Announce { id: 200, name },
-            Frame::Withdraw { id: 200 },
+            Frame::Withdraw { id: 200, seq: 0 },
         ] {
             let n = f.encode(&mut buf).unwrap();
             if c.inject_control(a.token(), &buf[..n]).is_err() {

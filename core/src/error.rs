@@ -236,6 +236,12 @@ pub enum RegistryError {
         /// How many ids the registry has.
         capacity: u32,
     },
+    /// Every free dynamic id is quarantined (R7): released, but a peer may still have messages
+    /// in flight to it. An error, not a wait; retry once peers have confirmed.
+    Quarantined {
+        /// How many ids are quarantined.
+        ids: u32,
+    },
     /// A fixed id (well-known or static) is held or being claimed by another registration.
     IdInUse {
         /// The id.
@@ -271,6 +277,11 @@ impl fmt::Display for RegistryError {
             RegistryError::NamespaceExhausted { capacity } => {
                 write!(f, "all namespace ids are in use (capacity {capacity})")
             }
+            RegistryError::Quarantined { ids } => write!(
+                f,
+                "no namespace id is free: {ids} released ids are quarantined until peers confirm \
+                 nothing more can arrive for their previous names"
+            ),
             RegistryError::IdInUse { id } => {
                 write!(f, "namespace id {id} is held by another registration")
             }

@@ -27,8 +27,33 @@
 //!     │            abort: duplicate seen, or doomed     │    │ doom (CAS by a       │
 //!     ├─────────────────────────────────────────────────┘    ▼  same-name rival)    │
 //!     ├────────────────────────────────────────────────── DOOMED(g+1)               │
-//!     └──────────────────────────────────── release (owner's Namespace drops) ──────┘
+//!     │                                                                             │
+//!     │        last unpin, or release with no pins (CAS)                            │
+//!     └─────────────────────── QUARANTINED(g+1) ◀── release (owner's Namespace drops)┘
 //! ```
+//!
+//! # Quarantine (R7)
+//!
+//! A released dynamic id is not free at once: a peer may still have messages in flight to it,
+//! which must not land in the next name to take the id. Whoever told a peer about a lease
+//! [`pin`](Registry::pin)s it (a control-plane session does, when it sends the name); a released
+//! id stays `QUARANTINED` until every pin is gone ([`unpin`](Registry::unpin): the peer confirmed
+//! that nothing more can arrive, or its connection ended). An id nobody pinned is free at once.
+//! A registration that finds only quarantined ids gets [`RegistryError::Quarantined`], not a
+//! wait. Free dynamic ids are handed out least recently released first (never-used ones first,
+//! lowest first), which keeps a reused id as far from its last use as the registry allows.
+//! Well-known and static ids are never quarantined: they always carry the same name.
+//!
+//! Every step that decides goes through a read-modify-write of the slot's state word; those are
+//! totally ordered and always read the latest value. `pin` adds a pin, then confirms the lease
+//! by a CAS `LIVE → LIVE`; `release` swaps in `QUARANTINED` (AcqRel), then reads the pin count.
+//! If the pin's CAS comes first, the release's swap reads what it wrote, so the pin happens
+//! before the release's count, which sees it; if the swap comes first, the CAS fails and the
+//! pinner takes its pin back. A freeing attempt (after a release that saw no pins, or after the
+//! last unpin) reads the state by RMW too, so of a release and a last unpin racing, at least one
+//! sees the other; `QUARANTINED → FREE` is a CAS, so one wins. (The first version used
+//! Dekker-style SeqCst fences here; the loom model found an interleaving in which a pinned id
+//! was handed out. This one needs no argument about fences.)
 //!
 //! * The name words are written only in `WRITING`, by the one thread whose CAS claimed the slot.
 //!   Readers copy them with relaxed loads and re-check the state word afterwards (a seqlock): a
@@ -63,10 +88,21 @@ const WRITING: u64 = 1;
 const PENDING: u64 = 2;
 const LIVE: u64 = 3;
 const DOOMED: u64 = 4;
+const QUARANTINED: u64 = 5;
 
 #[inline]
 const fn pack(generation: u32, len: u8, phase: u64) -> u64 {
     ((generation as u64) << 32) | ((len as u64) << 8) | phase
+}
+/// A FREE or QUARANTINED word: bits 16..32 hold the low bits of the release sequence (when the
+/// id was released), for least-recently-released reuse.
+#[inline]
+const fn pack_released(generation: u32, seq: u16, phase: u64) -> u64 {
+    ((generation as u64) << 32) | ((seq as u64) << 16) | phase
+}
+#[inline]
+const fn released_seq(s: u64) -> u16 {
+    (s >> 16) as u16
 }
 #[inline]
 const fn with_hash(s: u64, hash: u16) -> u64 {
@@ -178,8 +214,12 @@ pub struct Registry<const CAP: usize = 256> {
     epoch: AtomicU64,
     /// One past the highest id ever claimed; scans stop here.
     high_water: AtomicU64,
+    /// Releases so far (its low 16 bits are stored in a released slot, for LRU reuse).
+    releases: AtomicU64,
     states: [AtomicU64; CAP],
     names: [NameWords; CAP],
+    /// Per id: peers told about the current lease and not yet done with it (R7).
+    pins: [AtomicU64; CAP],
 }
 
 /// Where a registration wants to go.
@@ -215,8 +255,10 @@ impl<const CAP: usize> Registry<CAP> {
             first_dynamic,
             epoch: AtomicU64::new(0),
             high_water: AtomicU64::new(0),
+            releases: AtomicU64::new(0),
             states: [const { AtomicU64::new(pack(0, 0, FREE)) }; CAP],
             names: [const { NameWords::new() }; CAP],
+            pins: [const { AtomicU64::new(0) }; CAP],
         }
     }
 
@@ -240,8 +282,10 @@ impl<const CAP: usize> Registry<CAP> {
             first_dynamic,
             epoch: AtomicU64::new(0),
             high_water: AtomicU64::new(0),
+            releases: AtomicU64::new(0),
             states: core::array::from_fn(|_| AtomicU64::new(pack(0, 0, FREE))),
             names: core::array::from_fn(|_| NameWords::new()),
+            pins: core::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 
@@ -299,8 +343,9 @@ impl<const CAP: usize> Registry<CAP> {
         self.epoch.load(Ordering::Acquire)
     }
 
-    /// Registers `name`: its well-known id if it has one here, otherwise the lowest free dynamic
-    /// id. The namespace stays registered until the returned lease drops.
+    /// Registers `name`: its well-known id if it has one here, otherwise a free dynamic id —
+    /// never used ones first (lowest first), then the least recently released (R7). The
+    /// namespace stays registered until the returned lease drops.
     pub fn register(&self, name: &str) -> Result<Namespace<'_, CAP>, RegistryError> {
         let name = Name::new(name)?;
         let target = match well_known_id(name.as_bytes()) {
@@ -384,13 +429,53 @@ impl<const CAP: usize> Registry<CAP> {
         Ok(Namespace::new(self, id, generation, name))
     }
 
+    /// The free dynamic id to take next: never used ones first (lowest first), then the one
+    /// released longest ago. `Err` when there is none: how many are quarantined.
+    fn pick_dynamic(&self) -> Result<usize, usize> {
+        let now = self.releases.load(Ordering::Relaxed) as u16;
+        let mut best: Option<(usize, u32)> = None;
+        let mut quarantined = 0;
+        for id in self.first_dynamic as usize..CAP {
+            let s = self.states[id].load(Ordering::Relaxed);
+            let rank = match phase(s) {
+                FREE if generation(s) == 0 => u32::MAX,
+                // age since release (16-bit wrapping); older ranks higher
+                FREE => now.wrapping_sub(released_seq(s)) as u32,
+                QUARANTINED => {
+                    quarantined += 1;
+                    continue;
+                }
+                _ => continue,
+            };
+            if best.is_none_or(|(_, r)| rank > r) {
+                best = Some((id, rank));
+                if rank == u32::MAX {
+                    break; // the lowest never-used id: nothing ranks higher
+                }
+            }
+        }
+        best.map(|(id, _)| id).ok_or(quarantined)
+    }
+
     /// Takes a free slot: `(id, new generation)`.
     fn claim(&self, name: &Name, hash: u16, target: Target) -> Result<(u16, u32), RegistryError> {
-        let ids = match target {
-            Target::Fixed(id) => id as usize..id as usize + 1,
-            Target::Dynamic => self.first_dynamic as usize..CAP,
-        };
-        for id in ids {
+        loop {
+            let id = match target {
+                Target::Fixed(id) => id as usize,
+                Target::Dynamic => match self.pick_dynamic() {
+                    Ok(id) => id,
+                    Err(0) => {
+                        return Err(RegistryError::NamespaceExhausted {
+                            capacity: CAP as u32,
+                        })
+                    }
+                    Err(quarantined) => {
+                        return Err(RegistryError::Quarantined {
+                            ids: quarantined as u32,
+                        })
+                    }
+                },
+            };
             let slot = self.slot(id);
             let mut s = slot.state.load(Ordering::Relaxed);
             while phase(s) == FREE {
@@ -418,10 +503,9 @@ impl<const CAP: usize> Registry<CAP> {
             if let Target::Fixed(id) = target {
                 return Err(self.classify_taken(id, name, hash));
             }
+            // Someone else took the dynamic id we picked (their CAS succeeded): pick again.
+            spin_hint();
         }
-        Err(RegistryError::NamespaceExhausted {
-            capacity: CAP as u32,
-        })
     }
 
     /// Why a fixed id is not free: the same name holds it, or someone else does.
@@ -430,6 +514,8 @@ impl<const CAP: usize> Registry<CAP> {
         let s = slot.state.load(Ordering::Acquire);
         if phase(s) == LIVE && slot.name_equals(s, name, hash) == Some(true) {
             RegistryError::DuplicateName
+        } else if phase(s) == QUARANTINED {
+            RegistryError::Quarantined { ids: 1 }
         } else {
             RegistryError::IdInUse { id }
         }
@@ -487,12 +573,98 @@ impl<const CAP: usize> Registry<CAP> {
             state.load(Ordering::Relaxed) & !0xffff_ff00,
             pack(generation, 0, LIVE)
         );
-        // Epoch first: whoever sees this slot FREE (Acquire) then also sees the new epoch, so a
-        // scan that checks the epoch afterwards notices the release (the session relies on it).
+        // Epoch first: whoever sees this slot released (Acquire) then also sees the new epoch,
+        // so a scan that checks the epoch afterwards notices the release (the session relies on
+        // it).
         self.epoch.fetch_add(1, Ordering::Relaxed);
-        // Release: our reads of the slot, and the epoch bump, happen before the next claimer's
-        // writes and before any reader that sees FREE.
-        state.store(pack(generation, 0, FREE), Ordering::Release);
+        let seq = self.releases.fetch_add(1, Ordering::Relaxed) as u16;
+        if id < self.first_dynamic {
+            // Well-known and static ids always carry the same name: no quarantine.
+            state.store(pack_released(generation, seq, FREE), Ordering::Release);
+            return;
+        }
+        // AcqRel swap: Release, our reads of the slot and the epoch bump happen before the next
+        // claimer's writes; Acquire, a pinner whose confirming CAS came before this swap (see
+        // the module docs) happens before the count below.
+        state.swap(
+            pack_released(generation, seq, QUARANTINED),
+            Ordering::AcqRel,
+        );
+        if self.pins[id as usize].load(Ordering::Acquire) == 0 {
+            self.try_free(id as usize);
+        }
+    }
+
+    /// `QUARANTINED → FREE` if no pin is left.
+    fn try_free(&self, id: usize) {
+        let state = &self.states[id];
+        // An RMW read: the latest state, synchronised with the release's swap.
+        let s = state.fetch_or(0, Ordering::AcqRel);
+        if phase(s) == QUARANTINED && self.pins[id].load(Ordering::Acquire) == 0 {
+            // Release: pairs with the next claimer's Acquire CAS. A pin added after the count
+            // above fails its confirming CAS (the state is not LIVE) and takes itself back.
+            let _ =
+                state.compare_exchange(s, (s & !0xff) | FREE, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+
+    /// Records that a peer has been told about `token`'s lease (R7): once released, its id
+    /// stays quarantined until [`unpin`](Self::unpin) has been called as often as this
+    /// returned `true`. `false` (and no pin): the lease is no longer live, so there is nothing
+    /// to tell. Well-known and static ids are never quarantined; pinning them is a no-op that
+    /// returns whether they are live.
+    pub fn pin(&self, token: LeaseToken) -> bool {
+        let id = token.id as usize;
+        if id >= CAP {
+            return false;
+        }
+        if token.id < self.first_dynamic {
+            return self.live_generation(token.id) == Some(token.generation);
+        }
+        self.pins[id].fetch_add(1, Ordering::AcqRel);
+        let state = &self.states[id];
+        let s = state.load(Ordering::Acquire);
+        // Confirmed by an RMW on the state word (see the module docs): a LIVE word of this
+        // generation does not change until it is released, so the CAS fails only if it was.
+        if phase(s) == LIVE
+            && generation(s) == token.generation
+            && state
+                .compare_exchange(s, s, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            return true;
+        }
+        self.unpin(token.id);
+        false
+    }
+
+    /// Takes back one pin of `id` (the peer confirmed that nothing more can arrive for the
+    /// released lease, or its connection ended). The last one frees a quarantined id.
+    pub fn unpin(&self, id: u16) {
+        let id = id as usize;
+        if id >= CAP || id < self.first_dynamic as usize {
+            return;
+        }
+        let before = self.pins[id].fetch_sub(1, Ordering::AcqRel);
+        debug_assert!(before > 0, "unpin without a pin");
+        if before == 1 {
+            self.try_free(id);
+        }
+    }
+
+    /// Ids released but still quarantined (a snapshot).
+    pub fn quarantined_count(&self) -> usize {
+        self.states[..self.used(Ordering::Acquire)]
+            .iter()
+            .filter(|s| phase(s.load(Ordering::Relaxed)) == QUARANTINED)
+            .count()
+    }
+
+    /// Whether `id` is released but quarantined.
+    pub fn is_quarantined(&self, id: u16) -> bool {
+        self.states
+            .get(id as usize)
+            .is_some_and(|s| phase(s.load(Ordering::Acquire)) == QUARANTINED)
     }
 
     /// The live lease named `name`, if any.
@@ -571,6 +743,11 @@ impl<const CAP: usize> Registry<CAP> {
             .iter()
             .filter(|s| phase(s.load(Ordering::Relaxed)) == LIVE)
             .count()
+    }
+
+    /// Whether `id` is handed out dynamically here (and so can be quarantined, R7).
+    pub fn is_dynamic(&self, id: u16) -> bool {
+        id >= self.first_dynamic && (id as usize) < CAP
     }
 
     /// Generation of live slot `id`, or `None`: cheaper than reading the name.

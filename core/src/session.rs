@@ -18,6 +18,13 @@
 //!    has told the peer with the registry (by generation) and emits WITHDRAW / ANNOUNCE for the
 //!    differences. Keeping state instead of an event queue bounds memory and never drops a change.
 //! 4. Any frame it cannot accept fails the session and queues a CLOSE naming why.
+//! 5. Id quarantine (R7): a session [`pin`](Registry::pin)s every lease it tells the peer about.
+//!    When one is released it sends WITHDRAW with a fresh `seq`; the peer answers with a
+//!    WITHDRAW-ACK frame and an ack tag message ([`wire::ack_tag`], sent by the adapter from
+//!    [`Session::poll_ack_tag`]), which arrive after everything the peer sent to that id by AM
+//!    and by tag. When both have come ([`Session::on_ack_tag`] for the tag), the id is
+//!    *confirmed* ([`Session::take_confirmed`]): the adapter drains what arrived for it and
+//!    unpins it. A connection that ends gives its pins back through [`Session::finish`].
 //!
 //! Simultaneous connects (P4): when two sessions link the same pair of processes,
 //! [`Session::survives_duplicate`] keeps the one opened by the process with the lower token; both
@@ -56,6 +63,9 @@ use crate::namespace::{Namespace, Route};
 use crate::registry::Registry;
 use crate::wire::{self, CloseReason, Frame, HelloEncoder, Role, WireError};
 use core::fmt;
+
+const ACK_TAG: u8 = 1;
+const ACK_FRAME: u8 = 2;
 
 /// The peer's name → id table. Bounded by `CAP` entries.
 #[derive(Clone)]
@@ -289,6 +299,16 @@ pub struct Session<const CAP: usize = 256> {
     /// What the peer's HELLO claimed (key and nonce); proven once `phase` is `Established`.
     claim: Option<(Party, Role)>,
     peer: Option<PeerInfo>,
+    /// Per local id: the `seq` of our WITHDRAW waiting for its acknowledgement (0: none), and
+    /// which halves arrived (bit 0 the tag, bit 1 the frame).
+    withdraw_seq: [u32; CAP],
+    acked: [u8; CAP],
+    seqs_made: u32,
+    /// Acknowledgements we owe the peer: frames, and tag messages (for the adapter).
+    owed_frames: heapless::Deque<(u16, u32), CAP>,
+    owed_tags: heapless::Deque<(u16, u32), CAP>,
+    /// Local ids whose withdrawal the peer confirmed (for the adapter: drain, then unpin).
+    confirmed: heapless::Deque<u16, CAP>,
     /// Generation of each local id as last told to the peer; 0 = not told.
     told: [u32; CAP],
     /// Registry epoch at which `told` was last found in sync.
@@ -315,6 +335,12 @@ impl<const CAP: usize> Session<CAP> {
             proof_sent: false,
             claim: None,
             peer: None,
+            withdraw_seq: [0; CAP],
+            acked: [0; CAP],
+            seqs_made: 0,
+            owed_frames: heapless::Deque::new(),
+            owed_tags: heapless::Deque::new(),
+            confirmed: heapless::Deque::new(),
             told: [0; CAP],
             synced_epoch: None,
             directory: Directory::new(),
@@ -528,15 +554,39 @@ impl<const CAP: usize> Session<CAP> {
                 self.directory.insert(id, name)?;
                 Ok((phase == Phase::Established).then_some(Event::Announced { name, id }))
             }
-            (phase @ (Phase::Proving | Phase::Established), Frame::Withdraw { id }) => {
+            (phase @ (Phase::Proving | Phase::Established), Frame::Withdraw { id, seq }) => {
                 self.check_id(id)?;
+                if seq != 0 && (self.owed_frames.is_full() || self.owed_tags.is_full()) {
+                    return Err(SessionError::Unexpected {
+                        frame: "WITHDRAW",
+                        why: "more withdrawals waiting for acknowledgement than names",
+                    });
+                }
                 match self.directory.remove_id(id) {
                     Some(name) => {
+                        if seq != 0 {
+                            // Both fit: checked above.
+                            let _ = self.owed_frames.push_back((id, seq));
+                            let _ = self.owed_tags.push_back((id, seq));
+                        }
                         Ok((phase == Phase::Established).then_some(Event::Withdrawn { name, id }))
                     }
                     None => Err(SessionError::UnknownId { id }),
                 }
             }
+            (Phase::Proving | Phase::Established, Frame::WithdrawAck { id, seq }) => {
+                if !self.acknowledge(id, seq, ACK_FRAME) {
+                    return Err(SessionError::Unexpected {
+                        frame: "WITHDRAW-ACK",
+                        why: "no such withdrawal is waiting",
+                    });
+                }
+                Ok(None)
+            }
+            (Phase::Connecting, Frame::WithdrawAck { .. }) => Err(SessionError::Unexpected {
+                frame: "WITHDRAW-ACK",
+                why: "it arrived before the peer's HELLO",
+            }),
             (_, Frame::Close { reason }) => {
                 self.phase = Phase::Closed;
                 Ok(Some(Event::Closed { reason }))
@@ -573,6 +623,11 @@ impl<const CAP: usize> Session<CAP> {
                 return Ok(Some(n));
             }
         }
+        if let Some(&(id, seq)) = self.owed_frames.front() {
+            let n = Frame::WithdrawAck { id, seq }.encode(buf)?;
+            self.owed_frames.pop_front();
+            return Ok(Some(n));
+        }
         'rescan: loop {
             let epoch = registry.epoch();
             if self.synced_epoch == Some(epoch) {
@@ -584,8 +639,21 @@ impl<const CAP: usize> Session<CAP> {
             for id in ids.clone() {
                 let told = self.told[id as usize];
                 if told != 0 && registry.live_generation(id) != Some(told) {
-                    let n = Frame::Withdraw { id }.encode(buf)?;
+                    // A dynamic id stays pinned (quarantined) until the peer acknowledges; a
+                    // well-known one always carries the same name and is not quarantined.
+                    let seq = if registry.is_dynamic(id) {
+                        self.next_seq()
+                    } else {
+                        0
+                    };
+                    let n = Frame::Withdraw { id, seq }.encode(buf)?;
                     self.told[id as usize] = 0;
+                    if seq == 0 {
+                        registry.unpin(id);
+                    } else {
+                        self.withdraw_seq[id as usize] = seq;
+                        self.acked[id as usize] = 0;
+                    }
                     return Ok(Some(n));
                 }
             }
@@ -601,6 +669,15 @@ impl<const CAP: usize> Session<CAP> {
                     if registry.epoch() != epoch {
                         continue 'rescan;
                     }
+                    if self.withdraw_seq[id as usize] != 0 {
+                        // Still waiting for the acknowledgement of this id's last withdrawal:
+                        // the registry cannot have handed it out again while we pin it.
+                        continue;
+                    }
+                    if !registry.pin(token) {
+                        // Just released: the epoch moved, and the rescan sees it.
+                        continue 'rescan;
+                    }
                     let n = Frame::Announce { id, name }.encode(buf)?;
                     self.told[id as usize] = token.generation;
                     return Ok(Some(n));
@@ -609,6 +686,80 @@ impl<const CAP: usize> Session<CAP> {
             self.synced_epoch = Some(epoch);
             return Ok(None);
         }
+    }
+
+    fn next_seq(&mut self) -> u32 {
+        // Unpredictable to others (keyed by this session's secret-derived nonce), never 0.
+        loop {
+            self.seqs_made = self.seqs_made.wrapping_add(1);
+            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+            for b in self.local.nonce.iter().chain(&self.seqs_made.to_le_bytes()) {
+                h = (h ^ *b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+            }
+            let seq = (h ^ (h >> 32)) as u32;
+            if seq != 0 {
+                return seq;
+            }
+        }
+    }
+
+    /// Records one half of an acknowledgement; `false` if no such withdrawal is waiting.
+    fn acknowledge(&mut self, id: u16, seq: u32, half: u8) -> bool {
+        let i = id as usize;
+        if seq == 0 || self.withdraw_seq.get(i) != Some(&seq) {
+            return false;
+        }
+        self.acked[i] |= half;
+        if self.acked[i] == ACK_FRAME | ACK_TAG {
+            self.withdraw_seq[i] = 0;
+            self.acked[i] = 0;
+            // Cannot be full: one entry per id at most.
+            let _ = self.confirmed.push_back(id);
+        }
+        true
+    }
+
+    /// The peer's ack tag message arrived (the adapter parsed it with
+    /// [`wire::parse_ack_tag`]). `false`: not a withdrawal of this session's (another
+    /// connection's, or forged) — try the next session.
+    pub fn on_ack_tag(&mut self, id: u16, seq: u32) -> bool {
+        self.acknowledge(id, seq, ACK_TAG)
+    }
+
+    /// The next ack tag message to send the peer, as a zero-length tag message on this
+    /// endpoint (after any data the adapter has already posted on it).
+    pub fn poll_ack_tag(&mut self, layout: &TagLayout) -> Option<u64> {
+        self.owed_tags
+            .pop_front()
+            .map(|(id, seq)| wire::ack_tag(layout, id, seq))
+    }
+
+    /// A local id whose withdrawal the peer has confirmed: nothing more from it can arrive
+    /// for the released lease. The adapter drains what did arrive for the id (now strays),
+    /// then calls `registry.unpin(id)`.
+    pub fn take_confirmed(&mut self) -> Option<u16> {
+        self.confirmed.pop_front()
+    }
+
+    /// Ends the session's hold on the registry: every id it pinned (told to the peer, or
+    /// withdrawn and not yet confirmed). The adapter calls it once the connection is gone,
+    /// drains what arrived for the ids that are no longer live, and unpins each. Afterwards the
+    /// session holds nothing.
+    pub fn finish(&mut self) -> heapless::Vec<u16, CAP> {
+        let mut pinned = heapless::Vec::new();
+        for i in 0..CAP {
+            if self.told[i] != 0 || self.withdraw_seq[i] != 0 {
+                let _ = pinned.push(i as u16);
+            }
+        }
+        self.told = [0; CAP];
+        self.withdraw_seq = [0; CAP];
+        self.acked = [0; CAP];
+        while let Some(id) = self.confirmed.pop_front() {
+            let _ = pinned.push(id);
+        }
+        self.phase = Phase::Closed;
+        pinned
     }
 
     fn encode_hello<const R: usize>(
@@ -634,18 +785,26 @@ impl<const CAP: usize> Session<CAP> {
             registry.for_each_live(|token, name| {
                 if result.is_ok() {
                     match told.get_mut(token.id as usize) {
-                        Some(slot) => {
+                        // Pinned before it is told (R7); a lease released meanwhile is skipped
+                        // (the epoch moved: this snapshot is taken again).
+                        Some(slot) if registry.pin(token) => {
                             result = enc.push(token.id, name);
                             *slot = token.generation;
                         }
+                        Some(_) => {}
                         None => {
                             result = Err(WireError::FrameTooLarge);
                         }
                     }
                 }
             });
-            result?;
-            if registry.epoch() != epoch {
+            if result.is_err() || registry.epoch() != epoch {
+                for (id, &g) in told.iter().enumerate() {
+                    if g != 0 {
+                        registry.unpin(id as u16);
+                    }
+                }
+                result?;
                 continue;
             }
             self.told = told;
@@ -671,6 +830,7 @@ impl<const CAP: usize> fmt::Debug for Session<CAP> {
 mod tests {
     extern crate std;
     use super::*;
+    use crate::RegistryError;
     use std::vec;
     use std::vec::Vec;
 
@@ -734,6 +894,36 @@ mod tests {
         }
     }
 
+    /// Moves ack tag messages both ways (as the adapters do over UCX) and unpins what the
+    /// peers confirmed; returns the ids each side confirmed.
+    fn exchange_acks(
+        a: &mut Session<64>,
+        ra: &Reg,
+        b: &mut Session<64>,
+        rb: &Reg,
+    ) -> (Vec<u16>, Vec<u16>) {
+        settle(a, ra, b, rb);
+        let layout = *ra.layout();
+        while let Some(tag) = b.poll_ack_tag(&layout) {
+            let (id, seq) = wire::parse_ack_tag(&layout, tag).unwrap();
+            assert!(a.on_ack_tag(id, seq));
+        }
+        while let Some(tag) = a.poll_ack_tag(&layout) {
+            let (id, seq) = wire::parse_ack_tag(&layout, tag).unwrap();
+            assert!(b.on_ack_tag(id, seq));
+        }
+        let mut done = (Vec::new(), Vec::new());
+        while let Some(id) = a.take_confirmed() {
+            ra.unpin(id);
+            done.0.push(id);
+        }
+        while let Some(id) = b.take_confirmed() {
+            rb.unpin(id);
+            done.1.push(id);
+        }
+        done
+    }
+
     #[test]
     fn announcements_follow_the_registry() {
         let (ra, rb) = (reg(), reg());
@@ -750,8 +940,10 @@ mod tests {
         assert_eq!(b.directory().lookup(late.name()), Some(late.id()));
         let id = late.id();
         drop(late);
-        let again = ra.register("again").unwrap(); // reuses the id with a new generation
-        assert_eq!(again.id(), id);
+        // R7: the peer was told about "late", so its id is quarantined, not reused
+        assert!(ra.is_quarantined(id));
+        let again = ra.register("again").unwrap();
+        assert_ne!(again.id(), id);
         let ev = pump(&mut a, &ra, &mut b);
         assert_eq!(
             ev,
@@ -762,16 +954,110 @@ mod tests {
                 },
                 Event::Announced {
                     name: Name::new("again").unwrap(),
-                    id
+                    id: again.id()
                 }
             ]
         );
         assert!(pump(&mut a, &ra, &mut b).is_empty());
+        // b acknowledges by frame and by tag; then a confirms and the id is free again
+        assert_eq!(exchange_acks(&mut a, &ra, &mut b, &rb), (vec![id], vec![]));
+        assert!(!ra.is_quarantined(id));
+        let reused = ra.register_at("reused", id).unwrap();
+        let ev = pump(&mut a, &ra, &mut b);
+        assert_eq!(
+            ev,
+            vec![Event::Announced {
+                name: Name::new("reused").unwrap(),
+                id: reused.id()
+            }]
+        );
+    }
+
+    /// R7: one half of the acknowledgement is not enough, a wrong `seq` is refused, and a
+    /// session that ends gives its pins back.
+    #[test]
+    fn quarantine_needs_both_halves_and_ends_with_the_session() {
+        let (ra, rb) = (reg(), reg());
+        let (mut a, mut b) = pair(&ra, &rb);
+        let x = ra.register("x").unwrap();
+        let id = x.id();
+        settle(&mut a, &ra, &mut b, &rb);
+        drop(x);
+        settle(&mut a, &ra, &mut b, &rb); // WITHDRAW over, W-ACK back
+        assert!(
+            ra.is_quarantined(id),
+            "the frame half alone does not confirm"
+        );
+        assert_eq!(a.take_confirmed(), None);
+        let layout = *ra.layout();
+        let tag = b.poll_ack_tag(&layout).unwrap();
+        let (tid, seq) = wire::parse_ack_tag(&layout, tag).unwrap();
+        assert!(!a.on_ack_tag(tid, seq.wrapping_add(1)), "wrong seq");
+        assert!(a.on_ack_tag(tid, seq));
+        assert_eq!(a.take_confirmed(), Some(id));
+        ra.unpin(id);
+        assert!(!ra.is_quarantined(id));
+
+        // a peer that never acknowledges: the connection's end releases the pin
+        let y = ra.register("y").unwrap();
+        let yid = y.id();
+        settle(&mut a, &ra, &mut b, &rb);
+        drop(y);
+        pump(&mut a, &ra, &mut b);
+        assert!(ra.is_quarantined(yid));
+        for id in a.finish() {
+            ra.unpin(id);
+        }
+        assert!(!ra.is_quarantined(yid));
+        // a forged frame half for a withdrawal that is not waiting is a protocol error
+        let (mut a, _b) = pair(&ra, &rb);
+        let mut buf = [0u8; 64];
+        let n = Frame::WithdrawAck { id: yid, seq: 5 }
+            .encode(&mut buf)
+            .unwrap();
+        assert!(matches!(
+            a.handle(&buf[..n]),
+            Err(SessionError::Unexpected {
+                frame: "WITHDRAW-ACK",
+                ..
+            })
+        ));
+    }
+
+    /// A registry none of whose free ids is usable says so.
+    #[test]
+    fn only_quarantined_ids_is_a_clear_error() {
+        let ra: Registry<18> = Registry::new(TagLayout::DEFAULT); // dynamic ids 16 and 17
+        let rb = reg();
+        let mut a = Session::<64>::new(Role::Initiator, &ident(1), ra.layout());
+        let mut b = Session::<64>::new(Role::Acceptor, &ident(2), rb.layout());
+        let (p, q) = (ra.register("p").unwrap(), ra.register("q").unwrap());
+        let mut buf = vec![0u8; wire::MAX_FRAME_LEN];
+        for _ in 0..4 {
+            while let Some(n) = a.poll_transmit(&ra, &mut buf).unwrap() {
+                b.handle(&buf[..n]).unwrap();
+            }
+            while let Some(n) = b.poll_transmit(&rb, &mut buf).unwrap() {
+                a.handle(&buf[..n]).unwrap();
+            }
+        }
+        assert!(a.is_established());
+        drop((p, q));
+        assert_eq!(
+            ra.register("r").map(|n| n.id()),
+            Err(RegistryError::Quarantined { ids: 2 })
+        );
+        for id in a.finish() {
+            ra.unpin(id);
+        }
+        assert!(ra.register("r").is_ok());
     }
 
     #[test]
     fn a_name_moving_to_a_lower_id_is_withdrawn_first() {
-        // Found by the session fuzz target (fuzz/regressions/session/crash-841f...).
+        // Found by the session fuzz target (fuzz/regressions/session/crash-841f...): a name
+        // re-registered at a lower id was announced before its old id was withdrawn. Under R7
+        // both ids stay quarantined until acknowledged, so the move needs the acks first.
         let (ra, rb) = (reg(), reg());
         let x = ra.register("x").unwrap();
         let e1 = ra.register("e1").unwrap();
@@ -779,8 +1065,6 @@ mod tests {
         let (mut a, mut b) = pair(&ra, &rb);
         drop(x);
         drop(e1);
-        let e1 = ra.register("e1").unwrap();
-        assert_eq!(e1.id(), low);
         let ev = pump(&mut a, &ra, &mut b);
         let name = |s| Name::new(s).unwrap();
         assert_eq!(
@@ -794,12 +1078,22 @@ mod tests {
                     name: name("e1"),
                     id: high
                 },
-                Event::Announced {
-                    name: name("e1"),
-                    id: low
-                },
             ]
         );
+        assert_eq!(
+            exchange_acks(&mut a, &ra, &mut b, &rb),
+            (vec![low, high], vec![])
+        );
+        let e1 = ra.register_at("e1", low).unwrap();
+        let ev = pump(&mut a, &ra, &mut b);
+        assert_eq!(
+            ev,
+            vec![Event::Announced {
+                name: name("e1"),
+                id: e1.id()
+            }]
+        );
+        assert_eq!(b.directory().lookup(&name("e1")), Some(low));
     }
 
     #[test]
@@ -830,7 +1124,7 @@ mod tests {
                 reason: CloseReason::LayoutMismatch
             }))
         );
-        let n = Frame::Withdraw { id: 20 }.encode(&mut buf).unwrap();
+        let n = Frame::Withdraw { id: 20, seq: 0 }.encode(&mut buf).unwrap();
         assert_eq!(b.handle(&buf[..n]), Err(SessionError::Closed));
     }
 
@@ -873,7 +1167,7 @@ mod tests {
                 id: 4000,
                 name: Name::new("evil").unwrap(),
             },
-            Frame::Withdraw { id: 4000 },
+            Frame::Withdraw { id: 4000, seq: 0 },
         ] {
             let (mut a, _b) = pair(&ra, &rb);
             let n = frame.encode(&mut buf).unwrap();
@@ -888,7 +1182,7 @@ mod tests {
         let (mut a, mut b) = pair(&ra, &rb);
         let before = a.directory().len();
         let mut buf = [0u8; 128];
-        let n = Frame::Withdraw { id: 40 }.encode(&mut buf).unwrap();
+        let n = Frame::Withdraw { id: 40, seq: 7 }.encode(&mut buf).unwrap();
         assert_eq!(a.handle(&buf[..n]), Err(SessionError::UnknownId { id: 40 }));
         assert_eq!(a.directory().len(), before);
         assert!(matches!(

@@ -8,19 +8,22 @@
 //!            | count u16 | entry*count
 //! entry    = id u16 | name_len u8 | name
 //! ANNOUNCE = entry
-//! WITHDRAW = id u16
+//! WITHDRAW = id u16 | seq u32        (seq 0: no acknowledgement wanted; see R7 below)
+//! W-ACK    = id u16 | seq u32        (the AM half of a withdrawal's acknowledgement)
 //! CLOSE    = reason u8
 //! PROOF    = signature [64]          (Ed25519 over identity::transcript; see crate::identity)
 //! ```
 //!
 //! Version 2 added the key, the nonce and PROOF (P6); the token is no longer sent, it is the
-//! key's first eight bytes.
+//! key's first eight bytes; and the withdrawal acknowledgement (R7): a peer answers a WITHDRAW
+//! with a non-zero `seq` twice, with a W-ACK frame (ordered after its Active Messages) and with
+//! a tag message [`ack_tag`] (ordered after its tag messages on the same endpoint).
 //!
 //! ```
 //! use tagspace_core::wire::{decode, Frame, WireError};
 //! let mut buf = [0u8; 64];
-//! let n = Frame::Withdraw { id: 17 }.encode(&mut buf).unwrap();
-//! assert_eq!(decode(&buf[..n]), Ok(Frame::Withdraw { id: 17 }));
+//! let n = Frame::Withdraw { id: 17, seq: 9 }.encode(&mut buf).unwrap();
+//! assert_eq!(decode(&buf[..n]), Ok(Frame::Withdraw { id: 17, seq: 9 }));
 //! assert_eq!(decode(b"XX\x02\x03\x00\x02\x00\x11"), Err(WireError::BadMagic([b'X', b'X'])));
 //! ```
 
@@ -49,6 +52,7 @@ const KIND_ANNOUNCE: u8 = 2;
 const KIND_WITHDRAW: u8 = 3;
 const KIND_CLOSE: u8 = 4;
 const KIND_PROOF: u8 = 5;
+const KIND_WITHDRAW_ACK: u8 = 6;
 
 /// What went wrong decoding or encoding a frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -290,10 +294,21 @@ pub enum Frame<'a> {
         /// The name.
         name: Name,
     },
-    /// I released `id`.
+    /// I released `id`. A non-zero `seq` asks for an acknowledgement (R7): until it comes,
+    /// the sender keeps the id out of use.
     Withdraw {
         /// Sender's id.
         id: u16,
+        /// Names this withdrawal in the acknowledgement; 0: none wanted.
+        seq: u32,
+    },
+    /// Nothing more of mine is on its way to your `id` by Active Message (the other half of the
+    /// acknowledgement is the tag message [`ack_tag`]).
+    WithdrawAck {
+        /// The id the WITHDRAW named (the receiver's of this frame).
+        id: u16,
+        /// The WITHDRAW's `seq`.
+        seq: u32,
     },
     /// I am closing this session.
     Close {
@@ -425,12 +440,17 @@ pub fn decode(bytes: &[u8]) -> Result<Frame<'_>, WireError> {
             r.pos += used;
             Frame::Announce { id, name }
         }
-        KIND_WITHDRAW => {
+        KIND_WITHDRAW | KIND_WITHDRAW_ACK => {
             let id = r.u16()?;
             if id == UNMANAGED_ID || id == CONTROL_ID {
                 return Err(WireError::ReservedId { id });
             }
-            Frame::Withdraw { id }
+            let seq = u32::from_be_bytes(r.array()?);
+            if kind == KIND_WITHDRAW {
+                Frame::Withdraw { id, seq }
+            } else {
+                Frame::WithdrawAck { id, seq }
+            }
         }
         KIND_CLOSE => Frame::Close {
             reason: CloseReason::from_byte(r.u8()?),
@@ -552,9 +572,14 @@ impl Frame<'_> {
                 w.entry(id, name)?;
                 Ok(w.finish())
             }
-            Frame::Withdraw { id } => {
-                let mut w = Writer::header(buf, KIND_WITHDRAW)?;
+            Frame::Withdraw { id, seq } | Frame::WithdrawAck { id, seq } => {
+                let kind = match self {
+                    Frame::Withdraw { .. } => KIND_WITHDRAW,
+                    _ => KIND_WITHDRAW_ACK,
+                };
+                let mut w = Writer::header(buf, kind)?;
                 w.put(&id.to_be_bytes())?;
+                w.put(&seq.to_be_bytes())?;
                 Ok(w.finish())
             }
             Frame::Close { reason } => {
@@ -571,9 +596,77 @@ impl Frame<'_> {
     }
 }
 
+/// The tag message half of a withdrawal acknowledgement (R7): namespace field = the control
+/// id; the other bits carry `id` (namespace width) and `seq` (32 bits), low bits first. A tag
+/// message, so that UCX orders it after the acknowledging peer's earlier tag messages on the
+/// same endpoint: once it has arrived, everything that peer sent to `id` has too.
+pub fn ack_tag(layout: &crate::TagLayout, id: u16, seq: u32) -> u64 {
+    let ns = layout.namespace_field();
+    let value = ((seq as u64) << ns.width()) | id as u64;
+    (CONTROL_ID as u64) << ns.shift() | scatter(value, layout.payload_mask())
+}
+
+/// `(id, seq)` of a tag made by [`ack_tag`]; `None` for any other tag.
+pub fn parse_ack_tag(layout: &crate::TagLayout, tag: u64) -> Option<(u16, u32)> {
+    if layout.namespace_of(tag) != CONTROL_ID {
+        return None;
+    }
+    let width = layout.namespace_field().width();
+    let value = gather(tag, layout.payload_mask());
+    let id = (value & ((1u64 << width) - 1)) as u16;
+    let seq = value >> width;
+    (seq <= u32::MAX as u64 && seq != 0 && id > CONTROL_ID).then_some((id, seq as u32))
+}
+
+/// Deposits the low bits of `value` into the set bits of `mask`, lowest first.
+fn scatter(mut value: u64, mut mask: u64) -> u64 {
+    let mut out = 0;
+    while mask != 0 {
+        let bit = mask & mask.wrapping_neg();
+        if value & 1 != 0 {
+            out |= bit;
+        }
+        value >>= 1;
+        mask &= mask - 1;
+    }
+    out
+}
+
+/// The inverse of [`scatter`].
+fn gather(word: u64, mut mask: u64) -> u64 {
+    let (mut out, mut at) = (0, 0);
+    while mask != 0 {
+        let bit = mask & mask.wrapping_neg();
+        if word & bit != 0 {
+            out |= 1 << at;
+        }
+        at += 1;
+        mask &= mask - 1;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ack_tags_round_trip_and_stay_in_the_control_namespace() {
+        let layouts = [
+            crate::TagLayout::DEFAULT,
+            crate::TagLayout::builder(0, 16).build().unwrap(),
+            crate::TagLayout::builder(20, 12).build().unwrap(),
+        ];
+        for layout in layouts {
+            let max_id = (1u32 << layout.namespace_field().width()) - 1;
+            for (id, seq) in [(2u16, 1u32), (max_id as u16, u32::MAX), (17, 0x1234_5678)] {
+                let tag = ack_tag(&layout, id, seq);
+                assert_eq!(layout.namespace_of(tag), CONTROL_ID);
+                assert_eq!(parse_ack_tag(&layout, tag), Some((id, seq)), "{layout:?}");
+            }
+            assert_eq!(parse_ack_tag(&layout, 0), None);
+        }
+    }
 
     fn hello_bytes(entries: &[(u16, &str)]) -> ([u8; 512], usize) {
         let mut buf = [0u8; 512];
@@ -663,7 +756,7 @@ mod tests {
             })
         );
         assert_eq!(
-            decode(b"TS\x02\x03\x00\x02\x00\x01"),
+            decode(b"TS\x02\x03\x00\x06\x00\x01\x00\x00\x00\x00"),
             Err(WireError::ReservedId { id: 1 })
         );
         assert_eq!(
@@ -703,7 +796,7 @@ mod tests {
     fn encode_reports_small_buffers() {
         let mut small = [0u8; 7];
         assert_eq!(
-            Frame::Withdraw { id: 20 }.encode(&mut small),
+            Frame::Withdraw { id: 20, seq: 1 }.encode(&mut small),
             Err(WireError::BufferTooSmall { needed: 8 })
         );
     }

@@ -83,7 +83,10 @@ fn release_and_reuse_rejects_stale_tokens() {
                     core::mem::forget(ns);
                     Some(t)
                 }
-                Err(RegistryError::NamespaceExhausted { .. }) => None,
+                // Still live, or released but not yet freed (R7: no pins here, so the releaser
+                // frees it at once, but a registrant can see the moment in between).
+                Err(RegistryError::NamespaceExhausted { .. })
+                | Err(RegistryError::Quarantined { .. }) => None,
                 Err(e) => panic!("unexpected {e:?}"),
             }
         });
@@ -108,7 +111,9 @@ fn release_and_reuse_rejects_stale_tokens() {
 #[test]
 fn readers_never_see_torn_names() {
     loom::model(|| {
-        let r = registry();
+        // One dynamic id, so that the second name reuses the first one's slot (with more ids
+        // the registry would hand out a never-used one: R7's least-recently-released rule).
+        let r: Arc<Registry<3>> = Arc::new(Registry::without_well_known(TagLayout::DEFAULT));
         let r2 = r.clone();
         let writer = thread::spawn(move || {
             let ns = r2.register("abcdefgh-ijk").unwrap();
@@ -127,5 +132,55 @@ fn readers_never_see_torn_names() {
         assert!(seen <= 1);
         writer.join().unwrap();
         assert!(r.lookup("zz").is_some());
+    });
+}
+
+/// R7: a release and the last unpin race; the id ends up free, whoever frees it.
+#[test]
+fn release_and_last_unpin_free_the_id() {
+    loom::model(|| {
+        let r = registry();
+        let a = r.register("a").unwrap();
+        let token = a.token();
+        core::mem::forget(r.register("c").unwrap()); // the other dynamic id is taken
+        assert!(r.pin(token));
+        let r2 = r.clone();
+        let unpinner = thread::spawn(move || r2.unpin(token.id));
+        drop(a);
+        unpinner.join().unwrap();
+        assert!(!r.is_quarantined(token.id));
+        let b = r.register("b").unwrap();
+        assert_eq!(b.id(), token.id);
+        core::mem::forget(b);
+    });
+}
+
+/// R7: a pin racing the release. If the pin took, the id is never handed out while it is
+/// held; once it is given back (or if it never took), the id is free again.
+#[test]
+fn a_pin_racing_a_release_keeps_the_id_out_of_use() {
+    loom::model(|| {
+        let r = registry();
+        let a = r.register("a").unwrap();
+        let token = a.token();
+        core::mem::forget(r.register("c").unwrap());
+        let r2 = r.clone();
+        let pinner = thread::spawn(move || {
+            if r2.pin(token) {
+                match r2.register("b") {
+                    Ok(ns) => panic!("id {} handed out while pinned", ns.id()),
+                    Err(RegistryError::NamespaceExhausted { .. })
+                    | Err(RegistryError::Quarantined { .. }) => {}
+                    Err(e) => panic!("{e:?}"),
+                }
+                r2.unpin(token.id);
+            }
+        });
+        drop(a);
+        pinner.join().unwrap();
+        assert!(!r.is_quarantined(token.id));
+        let b = r.register("b").unwrap();
+        assert_eq!(b.id(), token.id);
+        core::mem::forget(b);
     });
 }

@@ -166,3 +166,65 @@ fn session_stays_consistent_while_the_registry_churns() {
     let dir: Vec<_> = rx.directory().iter().map(|(n, i)| (*n, i)).collect();
     assert_eq!(dir, live);
 }
+
+/// R7 on real hardware: threads register, pin, release, check that the id they pinned stays
+/// quarantined (no other thread can take it) and unpin, while others do the same. Every pin is
+/// given back, so at the end nothing is quarantined and every id can be registered again.
+#[test]
+fn pinned_ids_are_never_handed_out() {
+    let reg: Arc<Registry<24>> = Arc::new(Registry::without_well_known(TagLayout::DEFAULT));
+    let threads = 4;
+    let rounds = 20_000;
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let reg = reg.clone();
+            std::thread::spawn(move || {
+                let (mut pinned, mut busy) = (0u64, 0u64);
+                for i in 0..rounds {
+                    let name = format!("t{t}-{}", i % 5);
+                    let ns = match reg.register(&name) {
+                        Ok(ns) => ns,
+                        Err(RegistryError::Quarantined { .. })
+                        | Err(RegistryError::NamespaceExhausted { .. }) => {
+                            busy += 1;
+                            continue;
+                        }
+                        Err(e) => panic!("{e}"),
+                    };
+                    let token = ns.token();
+                    let pin = i % 2 == 0;
+                    if pin {
+                        assert!(reg.pin(token), "a live lease must pin");
+                    }
+                    drop(ns);
+                    if pin {
+                        pinned += 1;
+                        assert!(
+                            reg.is_quarantined(token.id),
+                            "id {} left quarantine while pinned",
+                            token.id
+                        );
+                        std::thread::yield_now();
+                        assert!(reg.is_quarantined(token.id));
+                        reg.unpin(token.id);
+                    }
+                }
+                (pinned, busy)
+            })
+        })
+        .collect();
+    let mut pinned = 0;
+    for h in handles {
+        let (p, _) = h.join().unwrap();
+        pinned += p;
+    }
+    assert!(
+        pinned > 1000,
+        "too few pinned rounds to mean anything ({pinned})"
+    );
+    assert_eq!(reg.quarantined_count(), 0);
+    let all: Vec<_> = (0..22)
+        .map(|i| reg.register(&format!("end-{i}")).unwrap())
+        .collect();
+    assert_eq!(all.len(), 22, "every dynamic id is free again");
+}

@@ -9,7 +9,7 @@ use tagspace_core::layout::{TagLayout, MAX_FIELDS, MAX_NAMESPACE_BITS, MIN_NAMES
 use tagspace_core::session::{Phase, Session};
 use tagspace_core::wire::{self, Role};
 use tagspace_core::Identity;
-use tagspace_core::{overlap, RawMatcher, Registry};
+use tagspace_core::{overlap, RawMatcher, Registry, RegistryError};
 
 /// `wire_decode`: any bytes decode to a frame or an error (never a panic), and a decoded frame
 /// re-encodes to exactly the input (the encoding is canonical).
@@ -159,6 +159,21 @@ fn layout() -> TagLayout {
     TagLayout::builder(59, 5).build_or_panic()
 }
 
+/// The ack tag messages `from` owes `to` (the tag half of R7's acknowledgement), delivered.
+fn deliver_ack_tags(from: &mut Session<32>, to: &mut Session<32>, reg: &Reg) {
+    while let Some(tag) = from.poll_ack_tag(reg.layout()) {
+        let (id, seq) = wire::parse_ack_tag(reg.layout(), tag).expect("an ack tag parses");
+        assert!(to.on_ack_tag(id, seq), "an honest ack tag is accepted");
+    }
+}
+
+/// Unpins the ids whose withdrawal the peer confirmed (what an adapter does after draining).
+fn unpin_confirmed(s: &mut Session<32>, reg: &Reg) {
+    while let Some(id) = s.take_confirmed() {
+        reg.unpin(id);
+    }
+}
+
 /// `session`: two sessions driven by any sequence of local registrations, releases and partial
 /// deliveries converge: once every frame is delivered, each side's directory equals the other
 /// side's live registry (P1). Hostile bytes never panic a session, and a failed session queues
@@ -187,7 +202,13 @@ pub fn check_session(input: &SessionInput) {
                     (&ra, &mut held_a)
                 };
                 if held[k].is_none() {
-                    held[k] = Some(reg.register(NAMES[k]).expect("free name must register"));
+                    // R7: ids whose withdrawal is not yet acknowledged are quarantined; the
+                    // registry says so instead of handing them out
+                    match reg.register(NAMES[k]) {
+                        Ok(ns) => held[k] = Some(ns),
+                        Err(RegistryError::Quarantined { .. }) => {}
+                        Err(e) => panic!("a free name must register: {e}"),
+                    }
                 }
             }
             Op::Release { b_side, k } => {
@@ -208,10 +229,15 @@ pub fn check_session(input: &SessionInput) {
                         None => break,
                     }
                 }
+                deliver_ack_tags(from, to, fr);
+                unpin_confirmed(to, if from_b { &ra } else { &rb });
             }
             Op::Hostile { ref bytes } => {
                 if victim.handle(bytes).is_err() {
                     assert!(matches!(victim.phase(), Phase::Closing(_) | Phase::Closed));
+                    for id in victim.finish() {
+                        rb.unpin(id);
+                    }
                     victim = Session::new(Role::Acceptor, &ib, rb.layout());
                 }
             }
@@ -256,6 +282,16 @@ pub fn check_session(input: &SessionInput) {
             break;
         }
     }
+    for id in victim.finish() {
+        rb.unpin(id);
+    }
+    deliver_ack_tags(&mut sa, &mut sb, &ra);
+    deliver_ack_tags(&mut sb, &mut sa, &rb);
+    unpin_confirmed(&mut sa, &ra);
+    unpin_confirmed(&mut sb, &rb);
+    // R7: every withdrawal was acknowledged both ways, so nothing stays quarantined
+    assert_eq!(ra.quarantined_count(), 0, "ids left in quarantine on A");
+    assert_eq!(rb.quarantined_count(), 0, "ids left in quarantine on B");
     assert!(sa.is_established() && sb.is_established());
     for (session, reg) in [(&sb, &ra), (&sa, &rb)] {
         let mut live = Vec::new();

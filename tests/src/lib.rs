@@ -92,6 +92,8 @@ pub trait Cluster {
     fn unexpected(&self, p: Proc) -> usize;
     /// Counters of a library.
     fn counters(&self, p: Proc, lib: Lib) -> Counters;
+    /// The namespace id a live library holds in its process.
+    fn namespace_id(&self, p: Proc, lib: Lib) -> u16;
     /// Open connections from `a` to `b`.
     fn live_connections(&self, a: Proc, b: Proc) -> usize;
     /// Control-plane errors `p` saw from peers.
@@ -125,6 +127,7 @@ macro_rules! conformance_suite {
             simultaneous_connect_keeps_one,
             malformed_control_bytes_close_only_that_peer,
             claimed_identity_is_not_a_peer,
+            released_id_is_quarantined_until_peers_confirm,
             stray_messages_counted_and_drained,
             peer_failure_mid_stream,
             ordering_per_sender,

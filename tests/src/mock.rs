@@ -186,6 +186,13 @@ impl Cluster for MockCluster {
         self.fabric.unexpected_len(self.nodes[p].worker())
     }
 
+    fn namespace_id(&self, p: Proc, lib: Lib) -> u16 {
+        self.nodes[p]
+            .namespace(LibId(lib))
+            .expect("live library")
+            .id()
+    }
+
     fn counters(&self, p: Proc, lib: Lib) -> Counters {
         let c = self.nodes[p].counters(LibId(lib));
         Counters {

@@ -317,6 +317,52 @@ pub fn claimed_identity_is_not_a_peer<C: Cluster + ?Sized>(c: &mut C) {
     assert_eq!(ok(c, b, r).unwrap(), b"still the real b");
 }
 
+/// R7: a released id is not handed out again until the peers told about it have confirmed
+/// that nothing more can arrive for it; then what did arrive is drained as strays, so a message
+/// sent to the old name never reaches the name that takes the id next.
+pub fn released_id_is_quarantined_until_peers_confirm<C: Cluster + ?Sized>(c: &mut C) {
+    let p = mesh(c, 2);
+    let (a, b) = (p[0], p[1]);
+    let old = c.register(a, "old-name").unwrap();
+    let lb = c.register(b, "old-name").unwrap();
+    let id = c.namespace_id(a, old);
+    c.settle();
+    // A message to the old name that its library never receives: it waits in a's queue.
+    let op = c.send(b, lb, a, 5, b"for the old name", T);
+    ok(c, b, op);
+    c.settle();
+    let strays = c.stray(a);
+    c.release(a, old);
+    // Before b has confirmed, every other free id is handed out, never this one.
+    let mut taken = Vec::new();
+    let err = loop {
+        match c.register(a, &format!("filler-{}", taken.len())) {
+            Ok(l) => {
+                assert_ne!(c.namespace_id(a, l), id, "a quarantined id was handed out");
+                taken.push(l);
+            }
+            Err(e) => break e,
+        }
+    };
+    assert!(err.contains("quarantined"), "{err}");
+    // b acknowledges (frame and tag); a drains what came for the id and frees it.
+    c.settle();
+    assert_eq!(
+        c.stray(a),
+        strays + 1,
+        "the old name's message is drained as a stray"
+    );
+    let new = c.register(a, "new-name").unwrap();
+    assert_eq!(c.namespace_id(a, new), id, "the only free id");
+    let r = c.recv(a, new, 5);
+    c.settle();
+    assert_eq!(
+        c.take(a, r),
+        None,
+        "the old name's message reached the new name"
+    );
+}
+
 /// D2: messages for an id nobody registered are counted and drained, not left queued.
 pub fn stray_messages_counted_and_drained<C: Cluster + ?Sized>(c: &mut C) {
     let p = mesh(c, 2);

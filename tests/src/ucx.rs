@@ -282,6 +282,11 @@ impl Cluster for UcxCluster {
             .map_or(0, |n| n.worker().tag_probe(0, 0).is_some() as usize)
     }
 
+    fn namespace_id(&self, p: Proc, lib: Lib) -> u16 {
+        let node = self.nodes[p].as_ref().expect("process was killed");
+        node.namespace(LibId(lib)).expect("live library").id()
+    }
+
     fn counters(&self, p: Proc, lib: Lib) -> Counters {
         let c = self.nodes[p]
             .as_ref()

@@ -83,6 +83,20 @@ static uint64_t splitmix(uint64_t *x)
     return z ^ (z >> 31);
 }
 
+/* Closes the endpoint at once (no goodbye to the victim, which may have cut it already), tears
+ * down, and returns rc. */
+static int leave(ucp_ep_h ep, ucp_context_h ctx, int rc)
+{
+    ucp_request_param_t rp;
+    memset(&rp, 0, sizeof(rp));
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    rp.flags        = UCP_EP_CLOSE_FLAG_FORCE;
+    (void)wait_req(ucp_ep_close_nbx(ep, &rp), "close");
+    ucp_worker_destroy(worker);
+    ucp_cleanup(ctx);
+    return rc;
+}
+
 static double now_ms(void)
 {
     struct timespec ts;
@@ -230,13 +244,7 @@ int main(int argc, char **argv)
         }
         printf("flooded %ld active messages (%s)\n", i, failed ? "cut off" : "all sent");
         fflush(stdout);
-        memset(&rp, 0, sizeof(rp));
-        rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-        rp.flags        = UCP_EP_CLOSE_FLAG_FORCE;
-        (void)wait_req(ucp_ep_close_nbx(ep, &rp), "close");
-        ucp_worker_destroy(worker);
-        ucp_cleanup(ctx);
-        return 0;
+        return leave(ep, ctx, 0);
     }
 
     if (strcmp(argv[3], "frames") == 0 && argc >= 7) {
@@ -266,13 +274,7 @@ int main(int argc, char **argv)
         }
         /* The victim may have closed this connection meanwhile (it refused the claim, or its
          * handshake deadline passed): leave without the final flush. */
-        memset(&rp, 0, sizeof(rp));
-        rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-        rp.flags        = UCP_EP_CLOSE_FLAG_FORCE;
-        (void)wait_req(ucp_ep_close_nbx(ep, &rp), "close");
-        ucp_worker_destroy(worker);
-        ucp_cleanup(ctx);
-        return rc;
+        return leave(ep, ctx, rc);
     }
 
     if (strcmp(argv[3], "am") == 0) {
@@ -308,11 +310,5 @@ int main(int argc, char **argv)
     rc |= wait_req(ucp_ep_flush_nbx(ep, &rp), "flush");
     fflush(stdout);
     /* Close at once (no goodbye to the victim), then tear down. */
-    memset(&rp, 0, sizeof(rp));
-    rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    rp.flags        = UCP_EP_CLOSE_FLAG_FORCE;
-    (void)wait_req(ucp_ep_close_nbx(ep, &rp), "close");
-    ucp_worker_destroy(worker);
-    ucp_cleanup(ctx);
-    return rc;
+    return leave(ep, ctx, rc);
 }
