@@ -52,8 +52,8 @@
 //! pinner takes its pin back. A freeing attempt (after a release that saw no pins, or after the
 //! last unpin) reads the state by RMW too, so of a release and a last unpin racing, at least one
 //! sees the other; `QUARANTINED → FREE` is a CAS, so one wins. (The first version used
-//! Dekker-style SeqCst fences here; the loom model found an interleaving in which a pinned id
-//! was handed out. This one needs no argument about fences.)
+//! Dekker-style SeqCst fences here, and the loom model — which treats SeqCst as AcqRel — found an
+//! interleaving in which a pinned id was handed out. This one holds under AcqRel alone.)
 //!
 //! * The name words are written only in `WRITING`, by the one thread whose CAS claimed the slot.
 //!   Readers copy them with relaxed loads and re-check the state word afterwards (a seqlock): a
