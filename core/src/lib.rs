@@ -23,6 +23,6 @@ pub use matcher::{overlap, Matcher, RawMatcher, Tag};
 pub use name::Name;
 pub use namespace::{Namespace, Route};
 #[cfg(not(loom))]
-pub use registry::global;
+pub use registry::{global, init_global};
 pub use registry::{LeaseToken, Registry};
 pub use session::{Directory, Event, Session, SessionError};

@@ -779,14 +779,71 @@ impl<const CAP: usize> Registry<CAP> {
 // SAFETY-free note: `Registry` is `Send + Sync` automatically: it holds only atomics and plain
 // `Copy` data; every cross-thread handoff goes through the state word's orderings above.
 
+// Init-once (`spin::Once`, no_std): the first use fixes the layout, the default unless a
+// runtime called `init_global` first. Initialisation is the one place a thread may wait for
+// another (while a concurrent first caller builds the table, once per process).
 #[cfg(not(loom))]
-static GLOBAL: Registry<256> = Registry::new(TagLayout::DEFAULT);
+static GLOBAL: spin::Once<Registry<256>> = spin::Once::new();
 
-/// The process-global registry: default layout (namespace in the top 8 bits), 256 ids,
-/// well-known names honoured. Libraries sharing a UCX worker register here.
+/// The process-global registry: 256 ids, well-known names honoured, and the default layout
+/// (namespace in the top 8 bits) unless [`init_global`] chose another before first use.
+/// Libraries sharing a UCX worker register here.
 #[cfg(not(loom))]
 pub fn global() -> &'static Registry<256> {
-    &GLOBAL
+    GLOBAL.call_once(|| Registry::new(TagLayout::DEFAULT))
+}
+
+/// Why [`init_global`] refused a layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GlobalInitError {
+    /// The global registry is already in use with another layout (its fingerprint).
+    AlreadyInitialized {
+        /// Fingerprint of the layout in use.
+        fingerprint: u64,
+    },
+    /// The layout's namespace field holds fewer than the global registry's 256 ids.
+    TooNarrow {
+        /// Ids the layout can express.
+        ids: u32,
+    },
+}
+
+impl core::fmt::Display for GlobalInitError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            GlobalInitError::AlreadyInitialized { fingerprint } => write!(
+                f,
+                "the global registry is already in use with another layout (fingerprint \
+                 {fingerprint:#018x}); call init_global before anything registers"
+            ),
+            GlobalInitError::TooNarrow { ids } => write!(
+                f,
+                "the layout's namespace field holds {ids} ids; the global registry needs 256 \
+                 (a namespace field of at least 8 bits)"
+            ),
+        }
+    }
+}
+
+impl core::error::Error for GlobalInitError {}
+
+/// Chooses the process-global registry's layout, for a runtime whose peers use another one
+/// than the default. Call it before anything uses [`global`]; calling it again with the same
+/// layout is fine.
+#[cfg(not(loom))]
+pub fn init_global(layout: TagLayout) -> Result<&'static Registry<256>, GlobalInitError> {
+    if layout.id_capacity() < 256 {
+        return Err(GlobalInitError::TooNarrow {
+            ids: layout.id_capacity(),
+        });
+    }
+    let r = GLOBAL.call_once(|| Registry::new(layout));
+    if r.layout().fingerprint() != layout.fingerprint() {
+        return Err(GlobalInitError::AlreadyInitialized {
+            fingerprint: r.layout().fingerprint(),
+        });
+    }
+    Ok(r)
 }
 
 #[cfg(all(test, not(loom)))]
