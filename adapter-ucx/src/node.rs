@@ -73,6 +73,9 @@ pub const EARLY_FRAMES_MAX: usize = 64;
 pub const EARLY_BYTES_MAX: usize = 64 * 1024;
 /// How long (ms) a new connection may take to complete its handshake (HELLOs and PROOFs).
 pub const HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+/// How long (ms) a peer may leave this node's withdrawals unacknowledged, with none of them
+/// arriving meanwhile, before its connection is closed (R7: it would keep ids quarantined).
+pub const ACK_TIMEOUT_MS: u64 = 30_000;
 /// Withdrawal acknowledgement tags taken per `progress` call at most (R7).
 pub const ACKS_PER_CALL: u32 = 64;
 /// Protocol errors kept for [`Node::protocol_errors`] (older ones are only counted).
@@ -266,6 +269,9 @@ pub struct NodeStats {
     /// Ids this node gave back to the registry's quarantine (R7): confirmed withdrawals and
     /// the pins of ended connections.
     pub ids_unpinned: u64,
+    /// Connections closed because the peer left withdrawals unacknowledged for
+    /// [`ACK_TIMEOUT_MS`].
+    pub ack_timeouts: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -315,6 +321,11 @@ struct Conn {
     routes: Vec<Option<Route>>,
     /// When the endpoint was made: the handshake must end by [`HANDSHAKE_TIMEOUT_MS`] later.
     opened_ms: u64,
+    /// Since when its session has waited for withdrawal acknowledgements without any arriving
+    /// (R7); [`ACK_TIMEOUT_MS`] later the connection is closed.
+    ack_wait_since: Option<u64>,
+    /// Test hook: this side withholds its acknowledgements (a peer that never answers).
+    withhold_acks: bool,
     /// The current one-second window of [`PeerLimits`], and what the peer sent in it.
     window_ms: u64,
     control_in_window: u32,
@@ -740,6 +751,8 @@ impl Node {
             ctl_inflight: Vec::new(),
             routes: Vec::new(),
             opened_ms: self.clock.now_ms(),
+            ack_wait_since: None,
+            withhold_acks: false,
             window_ms: self.clock.now_ms(),
             control_in_window: 0,
             unwanted_in_window: 0,
@@ -1238,6 +1251,7 @@ impl Node {
         }
         self.end_lingering();
         self.expire_handshakes();
+        self.expire_acks();
         self.close_retired();
         self.background.retain_mut(|r| r.test().is_none());
         if self
@@ -1701,6 +1715,42 @@ impl Node {
         }
     }
 
+    /// R7: a connected peer that leaves our withdrawals unacknowledged for
+    /// [`ACK_TIMEOUT_MS`] (no acknowledgement arriving meanwhile) is cut off, which gives its
+    /// pins back: it cannot keep ids quarantined for ever.
+    fn expire_acks(&mut self) {
+        let now = self.clock.now_ms();
+        for i in 0..self.conns.len() {
+            let c = &mut self.conns[i];
+            if c.state != ConnState::Open || c.session.awaiting_acks() == 0 {
+                c.ack_wait_since = None;
+                continue;
+            }
+            let since = *c.ack_wait_since.get_or_insert(now);
+            if now < since.saturating_add(ACK_TIMEOUT_MS) {
+                continue;
+            }
+            tracing::warn!(
+                peer = ?c.peer(),
+                waiting = c.session.awaiting_acks(),
+                "withdrawals not acknowledged in {ACK_TIMEOUT_MS} ms; closing the connection"
+            );
+            c.session.close(CloseReason::ProtocolError);
+            self.stats.ack_timeouts += 1;
+            self.flush_conn(i);
+            self.close_conn(i, ConnState::Down(None));
+        }
+    }
+
+    /// Test hook: this node stops acknowledging `peer`'s withdrawals (both halves), as a peer
+    /// that never answers would.
+    #[doc(hidden)]
+    pub fn withhold_acks_for_test(&mut self, peer: u64) -> Result<(), NodeError> {
+        let i = self.conn_index(peer)?;
+        self.conns[i].withhold_acks = true;
+        Ok(())
+    }
+
     fn end_lingering(&mut self) {
         let now = self.clock.now_ms();
         for i in 0..self.conns.len() {
@@ -1720,6 +1770,14 @@ impl Node {
             return false;
         };
         while let Ok(Some(n)) = c.session.poll_transmit(self.registry, &mut self.buf) {
+            if c.withhold_acks
+                && matches!(
+                    tagspace_core::wire::decode(&self.buf[..n]),
+                    Ok(tagspace_core::wire::Frame::WithdrawAck { .. })
+                )
+            {
+                continue;
+            }
             sent = true;
             self.stats.control_sent += 1;
             match ep.am_send(self.control_am, self.buf[..n].to_vec()) {
@@ -1734,6 +1792,9 @@ impl Node {
         // R7: the tag half of each withdrawal acknowledgement, posted after every tag message
         // this node has already posted on the endpoint (so UCX delivers it after them).
         while let Some(tag) = c.session.poll_ack_tag(self.registry.layout()) {
+            if c.withhold_acks {
+                continue;
+            }
             sent = true;
             self.stats.acks_sent += 1;
             match ep.tag_send(tag, Vec::new()) {
@@ -1805,6 +1866,7 @@ impl Node {
         for c in &mut self.conns {
             while let Some(id) = c.session.take_confirmed() {
                 self.unpin_pending.push(id);
+                c.ack_wait_since = None; // the peer is answering: its deadline starts over
             }
         }
         if self.unpin_pending.is_empty() {

@@ -734,6 +734,13 @@ impl<const CAP: usize> Session<CAP> {
             .map(|(id, seq)| wire::ack_tag(layout, id, seq))
     }
 
+    /// Withdrawals of ours the peer has not fully acknowledged yet. An adapter bounds how long
+    /// this may stay above zero without progress, so that a connected peer that never answers
+    /// cannot keep ids quarantined for ever.
+    pub fn awaiting_acks(&self) -> usize {
+        self.withdraw_seq.iter().filter(|&&s| s != 0).count()
+    }
+
     /// A local id whose withdrawal the peer has confirmed: nothing more from it can arrive
     /// for the released lease. The adapter drains what did arrive for the id (now strays),
     /// then calls `registry.unpin(id)`.
