@@ -303,6 +303,8 @@ pub struct Session<const CAP: usize = 256> {
     /// which halves arrived (bit 0 the tag, bit 1 the frame).
     withdraw_seq: [u32; CAP],
     acked: [u8; CAP],
+    /// How many entries of `withdraw_seq` are non-zero (asked on every adapter `progress`).
+    awaiting: usize,
     seqs_made: u32,
     /// Acknowledgements we owe the peer: frames, and tag messages (for the adapter).
     owed_frames: heapless::Deque<(u16, u32), CAP>,
@@ -337,6 +339,7 @@ impl<const CAP: usize> Session<CAP> {
             peer: None,
             withdraw_seq: [0; CAP],
             acked: [0; CAP],
+            awaiting: 0,
             seqs_made: 0,
             owed_frames: heapless::Deque::new(),
             owed_tags: heapless::Deque::new(),
@@ -653,6 +656,7 @@ impl<const CAP: usize> Session<CAP> {
                     } else {
                         self.withdraw_seq[id as usize] = seq;
                         self.acked[id as usize] = 0;
+                        self.awaiting += 1;
                     }
                     return Ok(Some(n));
                 }
@@ -689,14 +693,18 @@ impl<const CAP: usize> Session<CAP> {
     }
 
     fn next_seq(&mut self) -> u32 {
-        // Unpredictable to others (keyed by this session's secret-derived nonce), never 0.
+        // Keyed by the secret key (the nonce alone is sent in the HELLO, in clear): nobody but
+        // this process can predict it, so nobody can forge an ack tag for it. Never 0.
+        use sha2::{Digest, Sha512};
         loop {
             self.seqs_made = self.seqs_made.wrapping_add(1);
-            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-            for b in self.local.nonce.iter().chain(&self.seqs_made.to_le_bytes()) {
-                h = (h ^ *b as u64).wrapping_mul(0x0000_0100_0000_01b3);
-            }
-            let seq = (h ^ (h >> 32)) as u32;
+            let digest = Sha512::new()
+                .chain_update(b"tagspace-withdraw-seq")
+                .chain_update(self.key.to_bytes())
+                .chain_update(self.local.nonce)
+                .chain_update(self.seqs_made.to_le_bytes())
+                .finalize();
+            let seq = u32::from_le_bytes([digest[0], digest[1], digest[2], digest[3]]);
             if seq != 0 {
                 return seq;
             }
@@ -713,6 +721,7 @@ impl<const CAP: usize> Session<CAP> {
         if self.acked[i] == ACK_FRAME | ACK_TAG {
             self.withdraw_seq[i] = 0;
             self.acked[i] = 0;
+            self.awaiting -= 1;
             // Cannot be full: one entry per id at most.
             let _ = self.confirmed.push_back(id);
         }
@@ -738,7 +747,7 @@ impl<const CAP: usize> Session<CAP> {
     /// this may stay above zero without progress, so that a connected peer that never answers
     /// cannot keep ids quarantined for ever.
     pub fn awaiting_acks(&self) -> usize {
-        self.withdraw_seq.iter().filter(|&&s| s != 0).count()
+        self.awaiting
     }
 
     /// A local id whose withdrawal the peer has confirmed: nothing more from it can arrive
@@ -762,6 +771,7 @@ impl<const CAP: usize> Session<CAP> {
         self.told = [0; CAP];
         self.withdraw_seq = [0; CAP];
         self.acked = [0; CAP];
+        self.awaiting = 0;
         while let Some(id) = self.confirmed.pop_front() {
             let _ = pinned.push(id);
         }
@@ -995,12 +1005,14 @@ mod tests {
             ra.is_quarantined(id),
             "the frame half alone does not confirm"
         );
+        assert_eq!(a.awaiting_acks(), 1);
         assert_eq!(a.take_confirmed(), None);
         let layout = *ra.layout();
         let tag = b.poll_ack_tag(&layout).unwrap();
         let (tid, seq) = wire::parse_ack_tag(&layout, tag).unwrap();
         assert!(!a.on_ack_tag(tid, seq.wrapping_add(1)), "wrong seq");
         assert!(a.on_ack_tag(tid, seq));
+        assert_eq!(a.awaiting_acks(), 0);
         assert_eq!(a.take_confirmed(), Some(id));
         ra.unpin(id);
         assert!(!ra.is_quarantined(id));
@@ -1012,6 +1024,7 @@ mod tests {
         drop(y);
         pump(&mut a, &ra, &mut b);
         assert!(ra.is_quarantined(yid));
+        assert_eq!(a.awaiting_acks(), 1);
         for id in a.finish() {
             ra.unpin(id);
         }
