@@ -1250,8 +1250,7 @@ impl Node {
             c.ctl_inflight.retain_mut(|r| r.test().is_none());
         }
         self.end_lingering();
-        self.expire_handshakes();
-        self.expire_acks();
+        self.expire_deadlines();
         self.close_retired();
         self.background.retain_mut(|r| r.test().is_none());
         if self
@@ -1525,10 +1524,8 @@ impl Node {
             limit = max,
             "peer sent more than its per-second limit; closing its connection"
         );
-        c.session.close(CloseReason::Flood);
         self.stats.flood_closes += 1;
-        self.flush_conn(i);
-        self.close_conn(i, ConnState::Down(None));
+        self.cut_off(i, Some(CloseReason::Flood));
         false
     }
 
@@ -1600,8 +1597,7 @@ impl Node {
                     self.protocol_errors.remove(0);
                 }
                 self.protocol_errors.push(e);
-                self.flush_conn(i);
-                self.close_conn(i, ConnState::Down(None));
+                self.cut_off(i, None);
             }
         }
     }
@@ -1688,57 +1684,59 @@ impl Node {
     }
 
     /// Retires superseded endpoints whose linger time is over.
-    /// Closes connections whose handshake has not completed in [`HANDSHAKE_TIMEOUT_MS`]: a
-    /// peer that never says hello, or never proves the identity it claimed (P6), cannot keep a
-    /// connection (and its session's memory) for ever (D5).
-    fn expire_handshakes(&mut self) {
-        let now = self.clock.now_ms();
-        for i in 0..self.conns.len() {
-            let c = &mut self.conns[i];
-            if c.state != ConnState::Open
-                || c.session.is_established()
-                || now < c.opened_ms.saturating_add(HANDSHAKE_TIMEOUT_MS)
-            {
-                continue;
-            }
-            tracing::warn!(
-                claimed = ?c.session.claimed_token(),
-                "handshake not completed in {HANDSHAKE_TIMEOUT_MS} ms; closing the connection"
-            );
-            c.session.close(match c.session.phase() {
-                Phase::Proving => CloseReason::Unproven,
-                _ => CloseReason::ProtocolError,
-            });
-            self.stats.handshake_timeouts += 1;
-            self.flush_conn(i);
-            self.close_conn(i, ConnState::Down(None));
+    /// Closes connection `i` in order: the session's CLOSE (with `reason`, or the one the
+    /// session already queued) goes out after anything queued before it, then the endpoint
+    /// closes. The one way a node cuts a peer off.
+    fn cut_off(&mut self, i: usize, reason: Option<CloseReason>) {
+        if let Some(reason) = reason {
+            self.conns[i].session.close(reason);
         }
+        self.flush_conn(i);
+        self.close_conn(i, ConnState::Down(None));
     }
 
-    /// R7: a connected peer that leaves our withdrawals unacknowledged for
-    /// [`ACK_TIMEOUT_MS`] (no acknowledgement arriving meanwhile) is cut off, which gives its
-    /// pins back: it cannot keep ids quarantined for ever.
-    fn expire_acks(&mut self) {
+    /// The per-connection deadlines, one pass:
+    /// - a handshake not completed in [`HANDSHAKE_TIMEOUT_MS`]: a peer that never says hello,
+    ///   or never proves the identity it claimed (P6), cannot keep a connection (and its
+    ///   session's memory) for ever (D5);
+    /// - withdrawals left unacknowledged for [`ACK_TIMEOUT_MS`] with none arriving meanwhile
+    ///   (R7): cutting the peer off gives its pins back, so it cannot keep ids quarantined.
+    fn expire_deadlines(&mut self) {
         let now = self.clock.now_ms();
         for i in 0..self.conns.len() {
             let c = &mut self.conns[i];
-            if c.state != ConnState::Open || c.session.awaiting_acks() == 0 {
+            if c.state != ConnState::Open {
+                continue;
+            }
+            if !c.session.is_established() {
+                if now < c.opened_ms.saturating_add(HANDSHAKE_TIMEOUT_MS) {
+                    continue;
+                }
+                tracing::warn!(
+                    claimed = ?c.session.claimed_token(),
+                    "handshake not completed in {HANDSHAKE_TIMEOUT_MS} ms; closing the connection"
+                );
+                let reason = match c.session.phase() {
+                    Phase::Proving => CloseReason::Unproven,
+                    _ => CloseReason::ProtocolError,
+                };
+                self.stats.handshake_timeouts += 1;
+                self.cut_off(i, Some(reason));
+            } else if c.session.awaiting_acks() == 0 {
                 c.ack_wait_since = None;
-                continue;
+            } else if now
+                >= c.ack_wait_since
+                    .get_or_insert(now)
+                    .saturating_add(ACK_TIMEOUT_MS)
+            {
+                tracing::warn!(
+                    peer = ?c.peer(),
+                    waiting = c.session.awaiting_acks(),
+                    "withdrawals not acknowledged in {ACK_TIMEOUT_MS} ms; closing the connection"
+                );
+                self.stats.ack_timeouts += 1;
+                self.cut_off(i, Some(CloseReason::ProtocolError));
             }
-            let since = *c.ack_wait_since.get_or_insert(now);
-            if now < since.saturating_add(ACK_TIMEOUT_MS) {
-                continue;
-            }
-            tracing::warn!(
-                peer = ?c.peer(),
-                waiting = c.session.awaiting_acks(),
-                "withdrawals not acknowledged in {ACK_TIMEOUT_MS} ms; closing the connection"
-            );
-            c.session.close(CloseReason::ProtocolError);
-            self.stats.ack_timeouts += 1;
-            self.flush_conn(i);
-            self.close_conn(i, ConnState::Down(None));
         }
     }
 
@@ -1992,9 +1990,7 @@ impl Node {
     pub fn shutdown(&mut self, timeout_ms: u64) {
         for i in 0..self.conns.len() {
             if self.conns[i].state == ConnState::Open {
-                self.conns[i].session.close(CloseReason::Normal);
-                self.flush_conn(i);
-                self.close_conn(i, ConnState::Down(None));
+                self.cut_off(i, Some(CloseReason::Normal));
             } else if matches!(self.conns[i].state, ConnState::Superseded { .. }) {
                 self.retire_ep(i);
             }
