@@ -1042,8 +1042,11 @@ impl Node {
     /// one without taking the messages, so this answers "is anything waiting, and what is the
     /// oldest" — enough to watch for a library that has stopped receiving. It is one
     /// partial-mask probe, which scans UCX's queue: call it to monitor, not per message.
-    pub fn oldest_waiting(&mut self, lib: LibId) -> Result<Option<TagInfo>, NodeError> {
-        let m = self.lib(lib)?.ns.matcher_any();
+    pub fn oldest_waiting(&self, lib: LibId) -> Result<Option<TagInfo>, NodeError> {
+        let m = self
+            .namespace(lib)
+            .ok_or(NodeError::NoSuchLibrary)?
+            .matcher_any();
         Ok(self.worker.tag_probe(m.tag(), m.mask()))
     }
 

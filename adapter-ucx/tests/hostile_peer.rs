@@ -143,11 +143,22 @@ fn pair() -> (Node, LibId, Node, LibId) {
 /// `b` connects to `a`; returns once each has a route to the other's "dask".
 fn connect(a: &mut Node, la: LibId, b: &mut Node, lb: LibId) {
     b.connect(a.listen_addr().unwrap()).unwrap();
+    progress_until(a, b, "no connection", |a, b| {
+        b.route_tag(lb, a.token(), 0).ok().flatten().is_some()
+            && a.route_tag(la, b.token(), 0).ok().flatten().is_some()
+    });
+}
+
+/// Progresses both nodes until `done`; fails with `what` after 30 s.
+fn progress_until(
+    a: &mut Node,
+    b: &mut Node,
+    what: &str,
+    mut done: impl FnMut(&Node, &Node) -> bool,
+) {
     let start = Instant::now();
-    while b.route_tag(lb, a.token(), 0).ok().flatten().is_none()
-        || a.route_tag(la, b.token(), 0).ok().flatten().is_none()
-    {
-        assert!(start.elapsed() < Duration::from_secs(30), "no connection");
+    while !done(a, b) {
+        assert!(start.elapsed() < Duration::from_secs(30), "{what}");
         a.progress();
         b.progress();
     }
@@ -437,31 +448,16 @@ fn a_claimed_identity_takes_no_traffic_and_supersedes_nothing() {
     // 1. The claim arrives first and the claimant stays, never proving anything, until the
     //    handshake deadline closes its connection.
     let mut child = attack(&a, &["frames", &control_am, "11000", &hello]);
-    let start = Instant::now();
-    while a.stats().control_received == 0 {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "claim never arrived"
-        );
-        a.progress();
-    }
+    progress_until(&mut a, &mut b, "claim never arrived", |a, _| {
+        a.stats().control_received > 0
+    });
     assert_eq!(
         a.live_connections_to(b.token()),
         0,
         "an unproven claim was indexed"
     );
     assert!(a.peers().is_empty());
-    b.connect(a.listen_addr().unwrap()).unwrap();
-    while b.route_tag(lb, a.token(), 0).ok().flatten().is_none()
-        || a.route_tag(la, b.token(), 0).ok().flatten().is_none()
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "honest peer never connected"
-        );
-        a.progress();
-        b.progress();
-    }
+    connect(&mut a, la, &mut b, lb);
     assert_eq!(a.live_connections_to(b.token()), 1);
     honest_exchange(&mut a, la, &mut b, lb, 0);
     assert!(
@@ -479,15 +475,9 @@ fn a_claimed_identity_takes_no_traffic_and_supersedes_nothing() {
     let frames = format!("{hello},{proof}");
     let child = attack(&a, &["frames", &control_am, "500", &frames]);
     run_attack(&mut a, &mut b, child);
-    let start = Instant::now();
-    while a.stats().unproven == 0 {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "forged proof not refused"
-        );
-        a.progress();
-        b.progress();
-    }
+    progress_until(&mut a, &mut b, "forged proof not refused", |a, _| {
+        a.stats().unproven > 0
+    });
     assert_eq!(a.live_connections_to(b.token()), 1);
     assert_eq!(a.peers(), vec![b.token()]);
     honest_exchange(&mut a, la, &mut b, lb, 1);
@@ -532,12 +522,9 @@ fn a_flooding_connection_is_cut_off() {
     // An established (proven) peer churning valid ANNOUNCE/WITHDRAW frames.
     let (mut c, _lc) = node();
     c.connect(a.listen_addr().unwrap()).unwrap();
-    let start = Instant::now();
-    while a.live_connections_to(c.token()) == 0 || c.live_connections_to(a.token()) == 0 {
-        assert!(start.elapsed() < Duration::from_secs(30), "no connection");
-        a.progress();
-        c.progress();
-    }
+    progress_until(&mut a, &mut c, "no connection", |a, c| {
+        a.live_connections_to(c.token()) > 0 && c.live_connections_to(a.token()) > 0
+    });
     let mut buf = vec![0u8; 256];
     let name = tagspace_core::Name::new("churn").unwrap();
     for _ in 0..300 {
@@ -554,15 +541,9 @@ fn a_flooding_connection_is_cut_off() {
         a.progress();
         c.progress();
     }
-    let start = Instant::now();
-    while a.stats().flood_closes < 2 {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "control flood not cut off"
-        );
-        a.progress();
-        c.progress();
-    }
+    progress_until(&mut a, &mut c, "control flood not cut off", |a, _| {
+        a.stats().flood_closes >= 2
+    });
     assert_eq!(a.live_connections_to(c.token()), 0);
     assert_eq!(a.live_connections_to(b.token()), 1);
     honest_exchange(&mut a, la, &mut b, lb, 1);
@@ -582,12 +563,9 @@ fn messages_nobody_receives_are_visible_per_namespace() {
     let sends: Vec<OpId> = (0..3)
         .map(|i| b.send(lb, a.token(), 40 + i, vec![i as u8; 100 + i as usize], 5000))
         .collect();
-    let start = Instant::now();
-    while a.oldest_waiting(la).unwrap().is_none() || !sends.iter().all(|&s| b.is_done(s)) {
-        assert!(start.elapsed() < Duration::from_secs(30), "nothing arrived");
-        a.progress();
-        b.progress();
-    }
+    progress_until(&mut a, &mut b, "nothing arrived", |a, b| {
+        a.oldest_waiting(la).unwrap().is_some() && sends.iter().all(|&s| b.is_done(s))
+    });
     let oldest = a.oldest_waiting(la).unwrap().unwrap();
     let dask = a.namespace(la).unwrap();
     assert!(dask.owns(tagspace_core::Tag::from_raw(oldest.tag)));
@@ -600,14 +578,9 @@ fn messages_nobody_receives_are_visible_per_namespace() {
     );
     assert_eq!(a.oldest_waiting(other).unwrap(), None);
     let recvs: Vec<OpId> = (0..3).map(|i| a.recv(la, 40 + i, 1024)).collect();
-    let start = Instant::now();
-    while !recvs.iter().all(|&r| a.is_done(r)) {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "receives stalled"
-        );
-        a.progress();
-    }
+    progress_until(&mut a, &mut b, "receives stalled", |a, _| {
+        recvs.iter().all(|&r| a.is_done(r))
+    });
     assert_eq!(a.oldest_waiting(la).unwrap(), None);
     a.shutdown(500);
     b.shutdown(500);
