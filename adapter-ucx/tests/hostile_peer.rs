@@ -143,25 +143,10 @@ fn pair() -> (Node, LibId, Node, LibId) {
 /// `b` connects to `a`; returns once each has a route to the other's "dask".
 fn connect(a: &mut Node, la: LibId, b: &mut Node, lb: LibId) {
     b.connect(a.listen_addr().unwrap()).unwrap();
-    progress_until(a, b, "no connection", |a, b| {
+    common::progress_until(a, b, "no connection", |a, b| {
         b.route_tag(lb, a.token(), 0).ok().flatten().is_some()
             && a.route_tag(la, b.token(), 0).ok().flatten().is_some()
     });
-}
-
-/// Progresses both nodes until `done`; fails with `what` after 30 s.
-fn progress_until(
-    a: &mut Node,
-    b: &mut Node,
-    what: &str,
-    mut done: impl FnMut(&Node, &Node) -> bool,
-) {
-    let start = Instant::now();
-    while !done(a, b) {
-        assert!(start.elapsed() < Duration::from_secs(30), "{what}");
-        a.progress();
-        b.progress();
-    }
 }
 
 /// One 8-byte Active Message on ids nobody registered — 0 (ucx-py's and ucxx's), ids below
@@ -448,7 +433,7 @@ fn a_claimed_identity_takes_no_traffic_and_supersedes_nothing() {
     // 1. The claim arrives first and the claimant stays, never proving anything, until the
     //    handshake deadline closes its connection.
     let mut child = attack(&a, &["frames", &control_am, "11000", &hello]);
-    progress_until(&mut a, &mut b, "claim never arrived", |a, _| {
+    common::progress_until(&mut a, &mut b, "claim never arrived", |a, _| {
         a.stats().control_received > 0
     });
     assert_eq!(
@@ -475,7 +460,7 @@ fn a_claimed_identity_takes_no_traffic_and_supersedes_nothing() {
     let frames = format!("{hello},{proof}");
     let child = attack(&a, &["frames", &control_am, "500", &frames]);
     run_attack(&mut a, &mut b, child);
-    progress_until(&mut a, &mut b, "forged proof not refused", |a, _| {
+    common::progress_until(&mut a, &mut b, "forged proof not refused", |a, _| {
         a.stats().unproven > 0
     });
     assert_eq!(a.live_connections_to(b.token()), 1);
@@ -522,7 +507,7 @@ fn a_flooding_connection_is_cut_off() {
     // An established (proven) peer churning valid ANNOUNCE/WITHDRAW frames.
     let (mut c, _lc) = node();
     c.connect(a.listen_addr().unwrap()).unwrap();
-    progress_until(&mut a, &mut c, "no connection", |a, c| {
+    common::progress_until(&mut a, &mut c, "no connection", |a, c| {
         a.live_connections_to(c.token()) > 0 && c.live_connections_to(a.token()) > 0
     });
     let mut buf = vec![0u8; 256];
@@ -541,7 +526,7 @@ fn a_flooding_connection_is_cut_off() {
         a.progress();
         c.progress();
     }
-    progress_until(&mut a, &mut c, "control flood not cut off", |a, _| {
+    common::progress_until(&mut a, &mut c, "control flood not cut off", |a, _| {
         a.stats().flood_closes >= 2
     });
     assert_eq!(a.live_connections_to(c.token()), 0);
@@ -563,7 +548,7 @@ fn messages_nobody_receives_are_visible_per_namespace() {
     let sends: Vec<OpId> = (0..3)
         .map(|i| b.send(lb, a.token(), 40 + i, vec![i as u8; 100 + i as usize], 5000))
         .collect();
-    progress_until(&mut a, &mut b, "nothing arrived", |a, b| {
+    common::progress_until(&mut a, &mut b, "nothing arrived", |a, b| {
         a.oldest_waiting(la).unwrap().is_some() && sends.iter().all(|&s| b.is_done(s))
     });
     let oldest = a.oldest_waiting(la).unwrap().unwrap();
@@ -578,7 +563,7 @@ fn messages_nobody_receives_are_visible_per_namespace() {
     );
     assert_eq!(a.oldest_waiting(other).unwrap(), None);
     let recvs: Vec<OpId> = (0..3).map(|i| a.recv(la, 40 + i, 1024)).collect();
-    progress_until(&mut a, &mut b, "receives stalled", |a, _| {
+    common::progress_until(&mut a, &mut b, "receives stalled", |a, _| {
         recvs.iter().all(|&r| a.is_done(r))
     });
     assert_eq!(a.oldest_waiting(la).unwrap(), None);

@@ -3,7 +3,8 @@
 //! connection is closed and its pins go. (The acknowledged path is the conformance case
 //! `released_id_is_quarantined_until_peers_confirm`.)
 
-use std::time::{Duration, Instant};
+mod common;
+
 use tagspace_core::{Registry, TagLayout};
 use tagspace_ucx::node::{Clock, Node, NodeConfig, ACK_TIMEOUT_MS};
 use tagspace_ucx::ucp::Config;
@@ -17,15 +18,6 @@ fn node(clock: Clock) -> (Node, &'static Registry<256>) {
     (Node::with_registry(cfg, reg).expect("UCX node"), reg)
 }
 
-fn spin(a: &mut Node, b: &mut Node, what: &str, mut done: impl FnMut(&Node, &Node) -> bool) {
-    let start = Instant::now();
-    while !done(a, b) {
-        assert!(start.elapsed() < Duration::from_secs(30), "{what}");
-        a.progress();
-        b.progress();
-    }
-}
-
 #[test]
 fn a_peer_that_never_acknowledges_is_cut_off_and_its_pins_go() {
     let clock = Clock::manual();
@@ -34,14 +26,14 @@ fn a_peer_that_never_acknowledges_is_cut_off_and_its_pins_go() {
     let la = a.register("to-release").unwrap();
     let lb = b.register("to-release").unwrap();
     b.connect(a.listen_addr().unwrap()).unwrap();
-    spin(&mut a, &mut b, "no connection", |a, b| {
+    common::progress_until(&mut a, &mut b, "no connection", |a, b| {
         a.route_tag(la, b.token(), 0).ok().flatten().is_some()
             && b.route_tag(lb, a.token(), 0).ok().flatten().is_some()
     });
     b.withhold_acks_for_test(a.token()).unwrap();
     let id = a.namespace(la).unwrap().id();
     a.release(la);
-    spin(&mut a, &mut b, "withdrawal not seen", |a, b| {
+    common::progress_until(&mut a, &mut b, "withdrawal not seen", |a, b| {
         b.route_tag(lb, a.token(), 0).ok().flatten().is_none()
     });
     for _ in 0..100 {
@@ -61,7 +53,7 @@ fn a_peer_that_never_acknowledges_is_cut_off_and_its_pins_go() {
     assert_eq!(a.stats().ack_timeouts, 0);
     assert_eq!(a.live_connections_to(b.token()), 1);
     clock.advance(2);
-    spin(&mut a, &mut b, "pins not given back", |a, _| {
+    common::progress_until(&mut a, &mut b, "pins not given back", |a, _| {
         a.stats().ack_timeouts == 1 && !reg_a.is_quarantined(id)
     });
     assert_eq!(a.live_connections_to(b.token()), 0);

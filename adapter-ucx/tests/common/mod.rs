@@ -1,5 +1,8 @@
 //! Helpers shared by the in-process UCX tests.
+// Each test binary includes this module and uses only part of it.
+#![allow(dead_code)]
 
+use std::time::{Duration, Instant};
 use tagspace_core::{Registry, TagLayout};
 use tagspace_ucx::node::{LibId, Node, NodeConfig};
 use tagspace_ucx::ucp::Config;
@@ -11,7 +14,6 @@ pub fn dask_node() -> (Node, LibId) {
 }
 
 /// [`dask_node`], with its configuration changed by `edit` first.
-#[allow(dead_code)] // not every test binary that includes this module uses it
 pub fn dask_node_with(edit: impl FnOnce(&mut NodeConfig)) -> (Node, LibId) {
     let reg: &'static Registry<256> = Box::leak(Box::new(Registry::new(TagLayout::DEFAULT)));
     let ucx = Config {
@@ -23,4 +25,19 @@ pub fn dask_node_with(edit: impl FnOnce(&mut NodeConfig)) -> (Node, LibId) {
     let mut n = Node::with_registry(cfg, reg).expect("UCX node");
     let lib = n.register("dask").unwrap();
     (n, lib)
+}
+
+/// Progresses both nodes until `done`; fails with `what` after 30 s.
+pub fn progress_until(
+    a: &mut Node,
+    b: &mut Node,
+    what: &str,
+    mut done: impl FnMut(&Node, &Node) -> bool,
+) {
+    let start = Instant::now();
+    while !done(a, b) {
+        assert!(start.elapsed() < Duration::from_secs(30), "{what}");
+        a.progress();
+        b.progress();
+    }
 }
