@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs the demo's variants (TCP and shared memory × plain, kill -9, simultaneous connect,
-# hostile peer; 4 to 8 processes) RUNS times each and prints a pass table. Exits non-zero if any
-# run failed; the log of each failed run is kept under target/soak/.
+# Runs the demo's variants (TCP and shared memory × plain, kill -9, stopped for good,
+# simultaneous connect, hostile peer; 4 to 8 processes) RUNS times each and prints a pass
+# table. Exits non-zero if any run failed; the log of each failed run is kept under
+# target/soak/.
 #
 #   scripts/soak.sh [RUNS] [--hog] [--ucx bundled|system|wheel] [--only REGEX] [--messages M]
 #
@@ -29,11 +30,13 @@ variants=(
   "tcp-kill|--procs 6 --transport tcp --kill 2"
   "tcp-simultaneous|--procs 4 --transport tcp --simultaneous"
   "tcp-hostile|--procs 4 --transport tcp --hostile 1"
+  "tcp-stop|--procs 4 --transport tcp --stop 3"
   "shm-8|--procs 8 --transport shm"
   "shm-kill|--procs 4 --transport shm --kill 1"
   "shm-kill-8|--procs 8 --transport shm --kill 5"
   "shm-simultaneous|--procs 4 --transport shm --simultaneous"
   "shm-hostile|--procs 4 --transport shm --hostile 2"
+  "shm-stop|--procs 4 --transport shm --stop 1"
 )
 
 cargo build --release -q -p tagspace-ucx --bin tagspace-demo

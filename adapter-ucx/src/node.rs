@@ -33,7 +33,7 @@ use tagspace_core::identity::Identity;
 use tagspace_core::namespace::{am_namespace, Route};
 use tagspace_core::session::{Event, Phase, Session, SessionError};
 use tagspace_core::wellknown::CONTROL_ID;
-use tagspace_core::wire::{CloseReason, Role, MAX_FRAME_LEN};
+use tagspace_core::wire::{self, CloseReason, Role, MAX_FRAME_LEN};
 use tagspace_core::{Name, Namespace, Registry, RegistryError, TagError, TagLayout};
 
 /// Registry capacity (the process-wide registry's).
@@ -80,6 +80,10 @@ pub const ACK_TIMEOUT_MS: u64 = 30_000;
 pub const ACKS_PER_CALL: u32 = 64;
 /// Protocol errors kept for [`Node::protocol_errors`] (older ones are only counted).
 pub const PROTOCOL_ERRORS_KEPT: usize = 64;
+/// The most one gap between `progress` calls adds to the heartbeat's clock ([`Liveness`]): a
+/// peer's PONG can only be handled while this node progresses, so time this node spends away
+/// (computing, stopped, descheduled) is not held against the peer.
+pub const LIVENESS_TICK_MAX_MS: u64 = 1000;
 
 /// A library's handle inside one node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -221,6 +225,9 @@ pub enum PeerEvent {
         peer: u64,
         /// UCX's error if it failed; `None` for an orderly close.
         cause: Option<UcxError>,
+        /// The reason in the CLOSE frame that ended it, whichever side sent it (e.g.
+        /// [`CloseReason::Unresponsive`] from the heartbeat); `None` if no CLOSE was exchanged.
+        reason: Option<CloseReason>,
     },
 }
 
@@ -272,6 +279,12 @@ pub struct NodeStats {
     /// Connections closed because the peer left withdrawals unacknowledged for
     /// [`ACK_TIMEOUT_MS`].
     pub ack_timeouts: u64,
+    /// Heartbeat frames (PING, PONG) sent and received; not in `control_sent`/`_received`.
+    pub heartbeats_sent: u64,
+    /// See `heartbeats_sent`.
+    pub heartbeats_received: u64,
+    /// Connections closed because a PING went unanswered for [`Liveness::timeout_ms`].
+    pub liveness_timeouts: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -326,6 +339,12 @@ struct Conn {
     ack_wait_since: Option<u64>,
     /// Test hook: this side withholds its acknowledgements (a peer that never answers).
     withhold_acks: bool,
+    /// On the heartbeat's clock: when the next PING is due, and when the one waiting for its
+    /// PONG was queued.
+    next_ping_ms: u64,
+    ping_ms: u64,
+    /// The reason of the CLOSE that ended the connection, sent or received.
+    closed_for: Option<CloseReason>,
     /// The current one-second window of [`PeerLimits`], and what the peer sent in it.
     window_ms: u64,
     control_in_window: u32,
@@ -398,6 +417,43 @@ pub struct NodeConfig {
     pub clock: Clock,
     /// What one connection may send unasked before it is cut off (D5).
     pub limits: PeerLimits,
+    /// The heartbeat on established connections; `None`: off (a peer that stops answering is
+    /// then only noticed when UCX reports its endpoint failed).
+    pub liveness: Option<Liveness>,
+}
+
+/// The heartbeat: every established connection carries a PING each `interval_ms`, and a PING
+/// not answered within `timeout_ms` closes the connection ([`CloseReason::Unresponsive`],
+/// `stats().liveness_timeouts`, then [`PeerEvent::Down`]).
+///
+/// UCX only notices a peer that died; this notices a connection that stopped working while
+/// both processes live: a peer that stopped calling `progress`, or a process whose
+/// shared-memory receive queue is stuck — UCX's shared-memory FIFO has every sender reserve a
+/// slot, then fill it, and the receiver reads slots in order, so a sender killed between the
+/// two leaves a slot that is never filled and everything queued behind it, from every sender,
+/// is never read (see README, "A peer killed over shared memory"). That process then hears
+/// nobody; its PINGs still go out, so it cuts off every peer (they see it go down) instead of
+/// waiting for ever.
+///
+/// Time is counted only while this node calls `progress` (at most [`LIVENESS_TICK_MAX_MS`] per
+/// gap between calls). The contract it adds: **a process must call `progress` at least once
+/// per `timeout_ms`**, or its peers cut it off; raise `timeout_ms`, or set `liveness: None`, for
+/// longer pauses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Liveness {
+    /// How often a PING goes out on an established connection (after the last one's PONG).
+    pub interval_ms: u64,
+    /// How long a PING may wait for its PONG before the connection is closed.
+    pub timeout_ms: u64,
+}
+
+impl Default for Liveness {
+    fn default() -> Self {
+        Liveness {
+            interval_ms: 1000,
+            timeout_ms: 30_000,
+        }
+    }
 }
 
 /// Per connection, per second: how much a peer may send that nobody asked for before its
@@ -434,6 +490,7 @@ impl NodeConfig {
             identity: fresh_identity(),
             clock: Clock::Real(Instant::now()),
             limits: PeerLimits::default(),
+            liveness: Some(Liveness::default()),
         }
     }
 }
@@ -480,6 +537,11 @@ pub struct Node {
     flooded: bool,
     clock: Clock,
     limits: PeerLimits,
+    liveness: Option<Liveness>,
+    /// The heartbeat's clock (ms): [`Clock`] time, counted only while this node progresses
+    /// (each gap capped at [`LIVENESS_TICK_MAX_MS`]), and when it last moved.
+    live_ms: u64,
+    live_tick_ms: u64,
     /// Closes and drains UCX has not finished with yet.
     background: Vec<Request>,
     /// Endpoints waiting for their requests to finish before they are closed.
@@ -538,6 +600,9 @@ impl Node {
             flooded: false,
             clock: cfg.clock,
             limits: cfg.limits,
+            liveness: cfg.liveness,
+            live_ms: 0,
+            live_tick_ms: 0,
             background: Vec::new(),
             closing: Vec::new(),
             buf: vec![0; MAX_FRAME_LEN],
@@ -753,6 +818,9 @@ impl Node {
             opened_ms: self.clock.now_ms(),
             ack_wait_since: None,
             withhold_acks: false,
+            next_ping_ms: self.live_ms,
+            ping_ms: self.live_ms,
+            closed_for: None,
             window_ms: self.clock.now_ms(),
             control_in_window: 0,
             unwanted_in_window: 0,
@@ -1318,7 +1386,7 @@ impl Node {
         self.fail_ep(i, e);
         if let (true, Some(peer)) = (was_open, peer) {
             if self.conns[i].told_up && self.live_connections_to(peer) == 0 {
-                self.peer_gone(peer, Some(e));
+                self.peer_gone(peer, Some(e), None);
             }
         }
     }
@@ -1364,8 +1432,12 @@ impl Node {
 
     /// `peer` has no connection left: tell the listening libraries, and end the receives that
     /// said they wait for it ([`Node::recv_from`]).
-    fn peer_gone(&mut self, peer: u64, cause: Option<UcxError>) {
-        self.tell_libs(PeerEvent::Down { peer, cause });
+    fn peer_gone(&mut self, peer: u64, cause: Option<UcxError>, reason: Option<CloseReason>) {
+        self.tell_libs(PeerEvent::Down {
+            peer,
+            cause,
+            reason,
+        });
         let waiting: Vec<OpId> = self
             .ops
             .iter()
@@ -1461,7 +1533,11 @@ impl Node {
             return;
         }
         if am.id == self.control_am {
-            self.stats.control_received += 1;
+            if wire::is_heartbeat(&am.data) {
+                self.stats.heartbeats_received += 1;
+            } else {
+                self.stats.control_received += 1;
+            }
             match am.reply_ep {
                 Some(key) => {
                     if self.charge(Some(key), Charge::Control) {
@@ -1581,6 +1657,10 @@ impl Node {
             Ok(Some(Event::Closed { reason })) => {
                 let peer = self.conns[i].peer();
                 tracing::info!(?peer, ?reason, "peer closed the connection");
+                self.conns[i].closed_for = Some(reason);
+                if reason == CloseReason::Unresponsive {
+                    self.abandon_ops(i);
+                }
                 if reason == CloseReason::Superseded {
                     // The peer settled the duplicate first; linger like it does.
                     self.supersede(i);
@@ -1608,12 +1688,36 @@ impl Node {
     fn close_conn(&mut self, i: usize, state: ConnState) {
         let peer = self.conns[i].peer();
         let told = self.conns[i].told_up;
+        let reason = self.conns[i].closed_for;
         self.conns[i].state = state;
         self.retire_ep(i);
         if let (true, Some(peer), ConnState::Down(cause)) = (told, peer, state) {
             if self.live_connections_to(peer) == 0 {
-                self.peer_gone(peer, cause);
+                self.peer_gone(peer, cause, reason);
             }
+        }
+    }
+
+    /// An unresponsive connection (no PONG in time, here or at the peer): what is in flight on
+    /// it may never finish — UCX keeps a send to a receive queue nobody reads pending for ever,
+    /// and its orderly close waits for it — so its sends, and the receives that wait for its
+    /// peer if this is the peer's last connection, end now with `PeerDown` (their requests
+    /// are parked until UCX lets them go, as for a failed endpoint, D3).
+    fn abandon_ops(&mut self, i: usize) {
+        let (key, peer) = (self.conns[i].key, self.conns[i].peer());
+        let last = peer.is_some_and(|p| self.live_connections_to(p) <= 1);
+        let doomed: Vec<OpId> = self
+            .ops
+            .iter()
+            .filter(|(_, op)| match op {
+                Op::Sending { conn, .. } => *conn == key,
+                Op::Receiving { from, .. } => last && from.is_some() && *from == peer,
+                _ => false,
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in doomed {
+            self.end_for_peer(id, peer.unwrap_or(0), None);
         }
     }
 
@@ -1694,6 +1798,9 @@ impl Node {
         if let Some(reason) = reason {
             self.conns[i].session.close(reason);
         }
+        if let Phase::Closing(r) = self.conns[i].session.phase() {
+            self.conns[i].closed_for = Some(r);
+        }
         self.flush_conn(i);
         self.close_conn(i, ConnState::Down(None));
     }
@@ -1703,14 +1810,41 @@ impl Node {
     ///   or never proves the identity it claimed (P6), cannot keep a connection (and its
     ///   session's memory) for ever (D5);
     /// - withdrawals left unacknowledged for [`ACK_TIMEOUT_MS`] with none arriving meanwhile
-    ///   (R7): cutting the peer off gives its pins back, so it cannot keep ids quarantined.
+    ///   (R7): cutting the peer off gives its pins back, so it cannot keep ids quarantined;
+    /// - the heartbeat ([`Liveness`]): a PING due goes out, one unanswered for too long closes
+    ///   the connection.
     fn expire_deadlines(&mut self) {
         let now = self.clock.now_ms();
+        self.live_ms += now
+            .saturating_sub(self.live_tick_ms)
+            .min(LIVENESS_TICK_MAX_MS);
+        self.live_tick_ms = now;
         for i in 0..self.conns.len() {
-            let c = &mut self.conns[i];
-            if c.state != ConnState::Open {
+            if self.conns[i].state != ConnState::Open {
                 continue;
             }
+            if let (Some(l), true) = (self.liveness, self.conns[i].session.is_established()) {
+                let live = self.live_ms;
+                let c = &mut self.conns[i];
+                if !c.session.ping_outstanding() {
+                    if live >= c.next_ping_ms && c.session.ping() {
+                        c.ping_ms = live;
+                        c.next_ping_ms = live.saturating_add(l.interval_ms);
+                        self.flush_conn(i);
+                    }
+                } else if live >= c.ping_ms.saturating_add(l.timeout_ms) {
+                    tracing::warn!(
+                        peer = ?c.peer(),
+                        "no answer to a PING in {} ms; closing the connection",
+                        l.timeout_ms
+                    );
+                    self.stats.liveness_timeouts += 1;
+                    self.abandon_ops(i);
+                    self.cut_off(i, Some(CloseReason::Unresponsive));
+                    continue;
+                }
+            }
+            let c = &mut self.conns[i];
             if !c.session.is_established() {
                 if now < c.opened_ms.saturating_add(HANDSHAKE_TIMEOUT_MS) {
                     continue;
@@ -1780,7 +1914,11 @@ impl Node {
                 continue;
             }
             sent = true;
-            self.stats.control_sent += 1;
+            if wire::is_heartbeat(&self.buf[..n]) {
+                self.stats.heartbeats_sent += 1;
+            } else {
+                self.stats.control_sent += 1;
+            }
             match ep.am_send(self.control_am, self.buf[..n].to_vec()) {
                 Ok(Started::Pending(r)) => c.ctl_inflight.push(r),
                 Ok(Started::Done(_)) => {}

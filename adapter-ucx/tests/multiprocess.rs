@@ -108,13 +108,34 @@ fn shared_memory_simultaneous_and_hostile() {
     demo(&["--procs", "4", "--transport", "shm", "--hostile", "2"]);
 }
 
+/// A process stopped for good (SIGSTOP) halfway through its sends: UCX sees nothing wrong (the
+/// process lives, its endpoints are fine), so only the heartbeat (`Liveness`) can end its
+/// connections. Without it the others' sends to it — eager ones queued behind its full
+/// shared-memory FIFO or TCP window, rendezvous ones waiting for it — stay in flight for ever
+/// and the run hangs; with it they end with `PeerDown`, and the rest arrives exactly once.
+/// (The same path frees a process whose shared-memory receive queue a kill left stuck.)
+#[test]
+fn a_stopped_process_is_cut_off_by_the_heartbeat() {
+    for transport in ["tcp", "shm"] {
+        let out = demo(&["--procs", "4", "--transport", transport, "--stop", "2"]);
+        assert!(out.contains("process 2 stopped (SIGSTOP)"), "{out}");
+    }
+}
+
 /// Bad arguments get a clear message and exit status 2.
 #[test]
 fn bad_arguments_are_refused() {
-    let out = Command::new(env!("CARGO_BIN_EXE_tagspace-demo"))
-        .args(["--procs", "1"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--procs must be 2..=64"));
+    for (args, want) in [
+        (&["--procs", "1"][..], "--procs must be 2..=64"),
+        (&["--stop", "7"][..], "--stop names no process"),
+        (&["--stop", "1", "--kill", "2"][..], "--stop goes without"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_tagspace-demo"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
 }

@@ -316,6 +316,12 @@ pub struct Session<const CAP: usize = 256> {
     /// Registry epoch at which `told` was last found in sync.
     synced_epoch: Option<u64>,
     directory: Directory<CAP>,
+    /// The heartbeat: our PING waiting for its PONG (its seq), whether it is still to be
+    /// sent, how many we made, and the PONG we owe the peer.
+    ping_out: Option<u32>,
+    ping_queued: bool,
+    pings_made: u32,
+    pong_owed: Option<u32>,
 }
 
 impl<const CAP: usize> Session<CAP> {
@@ -347,6 +353,10 @@ impl<const CAP: usize> Session<CAP> {
             told: [0; CAP],
             synced_epoch: None,
             directory: Directory::new(),
+            ping_out: None,
+            ping_queued: false,
+            pings_made: 0,
+            pong_owed: None,
         }
     }
 
@@ -590,6 +600,27 @@ impl<const CAP: usize> Session<CAP> {
                 frame: "WITHDRAW-ACK",
                 why: "it arrived before the peer's HELLO",
             }),
+            // A peer pings once it has verified our PROOF, which may be before we have verified
+            // its own: answer from then on. One PONG is owed at most: an honest peer waits for
+            // it before pinging again, so a newer PING replaces an unanswered one.
+            (Phase::Proving | Phase::Established, Frame::Ping { seq }) => {
+                self.pong_owed = Some(seq);
+                Ok(None)
+            }
+            (Phase::Connecting, Frame::Ping { .. }) => Err(SessionError::Unexpected {
+                frame: "PING",
+                why: "it arrived before the peer's HELLO",
+            }),
+            (_, Frame::Pong { seq }) => {
+                if self.ping_out != Some(seq) || self.ping_queued {
+                    return Err(SessionError::Unexpected {
+                        frame: "PONG",
+                        why: "no PING of ours with this seq is waiting",
+                    });
+                }
+                self.ping_out = None;
+                Ok(None)
+            }
             (_, Frame::Close { reason }) => {
                 self.phase = Phase::Closed;
                 Ok(Some(Event::Closed { reason }))
@@ -625,6 +656,16 @@ impl<const CAP: usize> Session<CAP> {
                 self.proof_sent = true;
                 return Ok(Some(n));
             }
+        }
+        if let Some(seq) = self.pong_owed {
+            let n = Frame::Pong { seq }.encode(buf)?;
+            self.pong_owed = None;
+            return Ok(Some(n));
+        }
+        if let (Some(seq), true) = (self.ping_out, self.ping_queued) {
+            let n = Frame::Ping { seq }.encode(buf)?;
+            self.ping_queued = false;
+            return Ok(Some(n));
         }
         if let Some(&(id, seq)) = self.owed_frames.front() {
             let n = Frame::WithdrawAck { id, seq }.encode(buf)?;
@@ -741,6 +782,29 @@ impl<const CAP: usize> Session<CAP> {
         self.owed_tags
             .pop_front()
             .map(|(id, seq)| wire::ack_tag(layout, id, seq))
+    }
+
+    /// The heartbeat: queues a PING (sent by the next [`poll_transmit`](Self::poll_transmit))
+    /// if the session is established and no earlier PING still waits for its PONG. Returns
+    /// whether it queued one. The peer answers as soon as it handles it, so the adapter can
+    /// bound how long [`ping_outstanding`](Self::ping_outstanding) stays true: a peer that
+    /// stops answering has stopped calling `progress`, or nothing sent to this process
+    /// arrives any more (e.g. its shared-memory receive queue is stuck) — either way the
+    /// connection no longer works, and the adapter closes it with
+    /// [`CloseReason::Unresponsive`]. The session itself keeps no clock.
+    pub fn ping(&mut self) -> bool {
+        if self.phase != Phase::Established || self.ping_out.is_some() {
+            return false;
+        }
+        self.pings_made = self.pings_made.wrapping_add(1);
+        self.ping_out = Some(self.pings_made);
+        self.ping_queued = true;
+        true
+    }
+
+    /// Whether a PING of ours waits for its PONG (queued or sent).
+    pub fn ping_outstanding(&self) -> bool {
+        self.ping_out.is_some()
     }
 
     /// Withdrawals of ours the peer has not fully acknowledged yet. An adapter bounds how long
@@ -887,6 +951,58 @@ mod tests {
         settle(&mut a, ra, &mut b, rb);
         assert!(a.is_established() && b.is_established());
         (a, b)
+    }
+
+    #[test]
+    fn a_ping_is_answered_once_and_one_waits_at_a_time() {
+        let (ra, rb) = (reg(), reg());
+        let mut a: Session<64> = Session::new(Role::Initiator, &ident(10), ra.layout());
+        let mut b: Session<64> = Session::new(Role::Acceptor, &ident(20), rb.layout());
+        assert!(!a.ping(), "no heartbeat before the handshake");
+        settle(&mut a, &ra, &mut b, &rb);
+        assert!(a.ping());
+        assert!(!a.ping(), "one PING waits at a time");
+        assert!(a.ping_outstanding());
+        pump(&mut a, &ra, &mut b);
+        assert!(a.ping_outstanding(), "not answered until the PONG arrives");
+        pump(&mut b, &rb, &mut a);
+        assert!(!a.ping_outstanding());
+        assert!(a.ping(), "the next one may go");
+        settle(&mut a, &ra, &mut b, &rb);
+        assert!(!a.ping_outstanding() && a.is_established() && b.is_established());
+    }
+
+    #[test]
+    fn an_unasked_or_stale_pong_is_a_protocol_error() {
+        let (ra, rb) = (reg(), reg());
+        let (mut a, _b) = pair(&ra, &rb);
+        let mut buf = [0u8; 16];
+        let n = Frame::Pong { seq: 1 }.encode(&mut buf).unwrap();
+        assert!(matches!(
+            a.handle(&buf[..n]),
+            Err(SessionError::Unexpected { frame: "PONG", .. })
+        ));
+        assert_eq!(a.phase(), Phase::Closing(CloseReason::ProtocolError));
+
+        let (mut a, _b) = pair(&ra, &rb);
+        assert!(a.ping());
+        // Answered before it was even sent: forged.
+        assert!(a.handle(&buf[..n]).is_err());
+
+        let (mut a, mut b) = pair(&ra, &rb);
+        assert!(a.ping());
+        pump(&mut a, &ra, &mut b);
+        let n = Frame::Pong { seq: 2 }.encode(&mut buf).unwrap();
+        assert!(a.handle(&buf[..n]).is_err(), "wrong seq");
+    }
+
+    #[test]
+    fn a_ping_before_the_hello_is_refused() {
+        let ra = reg();
+        let mut a: Session<64> = Session::new(Role::Acceptor, &ident(10), ra.layout());
+        let mut buf = [0u8; 16];
+        let n = Frame::Ping { seq: 1 }.encode(&mut buf).unwrap();
+        assert!(a.handle(&buf[..n]).is_err());
     }
 
     #[test]

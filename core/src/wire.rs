@@ -12,12 +12,16 @@
 //! W-ACK    = id u16 | seq u32        (the AM half of a withdrawal's acknowledgement)
 //! CLOSE    = reason u8
 //! PROOF    = signature [64]          (Ed25519 over identity::transcript; see crate::identity)
+//! PING     = seq u32                 (a liveness probe: answer with PONG, same seq)
+//! PONG     = seq u32
 //! ```
 //!
 //! Version 2 added the key, the nonce and PROOF (P6); the token is no longer sent, it is the
 //! key's first eight bytes; and the withdrawal acknowledgement (R7): a peer answers a WITHDRAW
 //! with a non-zero `seq` twice, with a W-ACK frame (ordered after its Active Messages) and with
-//! a tag message [`ack_tag`] (ordered after its tag messages on the same endpoint).
+//! a tag message [`ack_tag`] (ordered after its tag messages on the same endpoint). PING/PONG
+//! (kinds 7 and 8) are the heartbeat: a peer that stops answering is cut off with reason
+//! `Unresponsive` (see `Session::ping`).
 //!
 //! ```
 //! use tagspace_core::wire::{decode, Frame, WireError};
@@ -53,6 +57,14 @@ const KIND_WITHDRAW: u8 = 3;
 const KIND_CLOSE: u8 = 4;
 const KIND_PROOF: u8 = 5;
 const KIND_WITHDRAW_ACK: u8 = 6;
+const KIND_PING: u8 = 7;
+const KIND_PONG: u8 = 8;
+
+/// Whether `bytes` is a PING or PONG frame (by its header alone): the heartbeat, which an
+/// adapter counts apart from the frames that change state.
+pub fn is_heartbeat(bytes: &[u8]) -> bool {
+    bytes.len() > 3 && bytes[..2] == MAGIC && matches!(bytes[3], KIND_PING | KIND_PONG)
+}
 
 /// What went wrong decoding or encoding a frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -188,6 +200,9 @@ pub enum CloseReason {
     Unproven,
     /// The receiver sent more than the sender accepts per second from one connection.
     Flood,
+    /// The receiver did not answer the sender's PING in time: it stopped calling `progress`,
+    /// or nothing the sender is sent arrives any more (see `Session::ping`).
+    Unresponsive,
     /// A reason this version does not know; kept for forward compatibility.
     Other(u8),
 }
@@ -201,6 +216,7 @@ impl CloseReason {
             CloseReason::Superseded => 3,
             CloseReason::Unproven => 4,
             CloseReason::Flood => 5,
+            CloseReason::Unresponsive => 6,
             CloseReason::Other(b) => b,
         }
     }
@@ -213,6 +229,7 @@ impl CloseReason {
             3 => CloseReason::Superseded,
             4 => CloseReason::Unproven,
             5 => CloseReason::Flood,
+            6 => CloseReason::Unresponsive,
             b => CloseReason::Other(b),
         }
     }
@@ -319,6 +336,16 @@ pub enum Frame<'a> {
     Proof {
         /// Ed25519 signature.
         signature: [u8; SIGNATURE_LEN],
+    },
+    /// Are you there? Answer with a PONG carrying the same `seq`.
+    Ping {
+        /// Names this probe.
+        seq: u32,
+    },
+    /// The answer to the PING with this `seq`.
+    Pong {
+        /// The PING's `seq`.
+        seq: u32,
     },
 }
 
@@ -458,6 +485,12 @@ pub fn decode(bytes: &[u8]) -> Result<Frame<'_>, WireError> {
         KIND_PROOF => Frame::Proof {
             signature: r.array()?,
         },
+        KIND_PING => Frame::Ping {
+            seq: u32::from_be_bytes(r.array()?),
+        },
+        KIND_PONG => Frame::Pong {
+            seq: u32::from_be_bytes(r.array()?),
+        },
         k => return Err(WireError::UnknownKind(k)),
     };
     if r.pos != bytes.len() {
@@ -590,6 +623,15 @@ impl Frame<'_> {
             Frame::Proof { ref signature } => {
                 let mut w = Writer::header(buf, KIND_PROOF)?;
                 w.put(signature)?;
+                Ok(w.finish())
+            }
+            Frame::Ping { seq } | Frame::Pong { seq } => {
+                let kind = match self {
+                    Frame::Ping { .. } => KIND_PING,
+                    _ => KIND_PONG,
+                };
+                let mut w = Writer::header(buf, kind)?;
+                w.put(&seq.to_be_bytes())?;
                 Ok(w.finish())
             }
         }
@@ -767,6 +809,31 @@ mod tests {
             decode(b"TS\x02\x04\x00\x01\x09"),
             Ok(Frame::Close {
                 reason: CloseReason::Other(9)
+            })
+        );
+    }
+
+    #[test]
+    fn heartbeat_frames_round_trip_and_are_recognised_by_header() {
+        let mut buf = [0u8; 16];
+        for f in [Frame::Ping { seq: 1 }, Frame::Pong { seq: u32::MAX }] {
+            let n = f.encode(&mut buf).unwrap();
+            assert_eq!(n, HEADER_LEN + 4);
+            assert_eq!(decode(&buf[..n]), Ok(f));
+            assert!(is_heartbeat(&buf[..n]));
+            assert!(matches!(
+                decode(&buf[..n - 1]),
+                Err(WireError::LengthMismatch { .. })
+            ));
+        }
+        let n = Frame::Withdraw { id: 2, seq: 1 }.encode(&mut buf).unwrap();
+        assert!(!is_heartbeat(&buf[..n]));
+        assert!(!is_heartbeat(b"XX\x02\x07"));
+        assert!(!is_heartbeat(b"TS\x02"));
+        assert_eq!(
+            decode(b"TS\x02\x04\x00\x01\x06"),
+            Ok(Frame::Close {
+                reason: CloseReason::Unresponsive
             })
         );
     }

@@ -164,7 +164,7 @@ proptest! {
         let _ = wire::decode(&bad[..cut.min(n)]);
         let close = Frame::Close { reason: CloseReason::Other(to) };
         let n = close.encode(&mut buf).unwrap();
-        let expect = match to { 0 => CloseReason::Normal, 1 => CloseReason::LayoutMismatch, 2 => CloseReason::ProtocolError, 3 => CloseReason::Superseded, 4 => CloseReason::Unproven, 5 => CloseReason::Flood, b => CloseReason::Other(b) };
+        let expect = match to { 0 => CloseReason::Normal, 1 => CloseReason::LayoutMismatch, 2 => CloseReason::ProtocolError, 3 => CloseReason::Superseded, 4 => CloseReason::Unproven, 5 => CloseReason::Flood, 6 => CloseReason::Unresponsive, b => CloseReason::Other(b) };
         prop_assert_eq!(wire::decode(&buf[..n]), Ok(Frame::Close { reason: expect }));
     }
 }

@@ -133,6 +133,8 @@ pub enum Op {
         nonce: [u8; 16],
         signature: [u8; 64],
     },
+    /// Side A (or B) starts a heartbeat (a PING, if none waits for its PONG).
+    Ping { b_side: bool },
 }
 
 /// Input of `session`.
@@ -265,6 +267,13 @@ pub fn check_session(input: &SessionInput) {
                 assert!(target.handle(&buf[..n]).is_err(), "a forged proof verified");
                 assert_eq!(target.peer(), None);
             }
+            Op::Ping { b_side } => {
+                let s = if b_side { &mut sb } else { &mut sa };
+                let waiting = s.ping_outstanding();
+                let queued = s.ping();
+                assert!(!(queued && waiting), "a second PING while one waits");
+                assert_eq!(queued, s.is_established() && !waiting);
+            }
         }
     }
     // Deliver everything, both ways, until quiet.
@@ -293,6 +302,11 @@ pub fn check_session(input: &SessionInput) {
     assert_eq!(ra.quarantined_count(), 0, "ids left in quarantine on A");
     assert_eq!(rb.quarantined_count(), 0, "ids left in quarantine on B");
     assert!(sa.is_established() && sb.is_established());
+    // Every PING was answered once everything was delivered.
+    assert!(
+        !sa.ping_outstanding() && !sb.ping_outstanding(),
+        "a PING without its PONG"
+    );
     for (session, reg) in [(&sb, &ra), (&sa, &rb)] {
         let mut live = Vec::new();
         reg.for_each_live(|t, n| live.push((*n, t.id)));

@@ -1,12 +1,13 @@
 //! The demo itself (see `main.rs`).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-use tagspace_ucx::node::{LibId, Node, NodeConfig, OpId, PeerEvent};
+use tagspace_core::wire::CloseReason;
+use tagspace_ucx::node::{LibId, Liveness, Node, NodeConfig, OpId, PeerEvent};
 use tagspace_ucx::ucp::{ucx_version, Config, Request, Started, UCX_API_BUILT};
 
 /// The well-known dask, cuml and blazingsql, and a library with a dynamic id.
@@ -21,6 +22,9 @@ const SMALL: usize = 64;
 const HEADER: usize = 24;
 const WINDOW: usize = 32;
 const TIMEOUT: Duration = Duration::from_secs(60);
+/// The heartbeat's timeout here: well inside TIMEOUT, so that a process whose shared-memory
+/// receive queue a kill left stuck is cut off (and its peers go on) before the demo gives up.
+const LIVENESS_TIMEOUT_MS: u64 = 10_000;
 
 pub fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -46,7 +50,7 @@ pub fn main() -> ExitCode {
 }
 
 const USAGE: &str = "usage: tagspace-demo [--procs N] [--messages M] [--transport tcp|shm] \
-[--simultaneous] [--kill K] [--hostile H] [--hosts N --spawn-via CMD [--cut-link CMD]]";
+[--simultaneous] [--kill K] [--stop S] [--hostile H] [--hosts N --spawn-via CMD [--cut-link CMD]]";
 
 #[derive(Clone, Debug)]
 struct Opts {
@@ -55,6 +59,9 @@ struct Opts {
     transport: String,
     simultaneous: bool,
     kill: Option<usize>,
+    /// Parent: SIGSTOP this process halfway through its sends, for good (a process that no
+    /// longer calls progress: only the heartbeat can tell).
+    stop: Option<usize>,
     hostile: Option<usize>,
     peer_index: Option<usize>,
     /// Emulated hosts: process i runs on host `i * hosts / procs` (see `scripts/two-hosts.sh`).
@@ -78,6 +85,7 @@ impl Opts {
             transport: "tcp".into(),
             simultaneous: false,
             kill: None,
+            stop: None,
             hostile: None,
             peer_index: None,
             hosts: 1,
@@ -98,6 +106,7 @@ impl Opts {
                 "--procs" => o.procs = num("--procs")?,
                 "--messages" => o.messages = num("--messages")?,
                 "--kill" => o.kill = Some(num("--kill")?),
+                "--stop" => o.stop = Some(num("--stop")?),
                 "--hostile" => o.hostile = Some(num("--hostile")?),
                 "--peer" => o.peer_index = Some(num("--peer")?),
                 "--simultaneous" => o.simultaneous = true,
@@ -137,10 +146,20 @@ impl Opts {
         if o.hosts > 1 && o.spawn_via.is_none() && o.peer_index.is_none() {
             return Err("--hosts needs --spawn-via (see scripts/two-hosts.sh)".into());
         }
-        if o.cut_link.is_some() && (o.hosts < 2 || o.kill.is_some() || o.hostile.is_some()) {
-            return Err("--cut-link needs --hosts 2 or more, without --kill or --hostile".into());
+        let disturbed = o.kill.is_some() || o.stop.is_some() || o.hostile.is_some();
+        if o.cut_link.is_some() && (o.hosts < 2 || disturbed) {
+            return Err(
+                "--cut-link needs --hosts 2 or more, without --kill, --stop or --hostile".into(),
+            );
         }
-        for (k, v) in [("--kill", o.kill), ("--hostile", o.hostile)] {
+        if o.stop.is_some() && (o.kill.is_some() || o.hostile.is_some()) {
+            return Err("--stop goes without --kill and --hostile".into());
+        }
+        for (k, v) in [
+            ("--kill", o.kill),
+            ("--stop", o.stop),
+            ("--hostile", o.hostile),
+        ] {
             if v.is_some_and(|v| v >= o.procs) {
                 return Err(format!("{k} names no process"));
             }
@@ -270,6 +289,10 @@ fn peer(o: &Opts) -> Result<(), String> {
     let me = o.peer_index.unwrap_or(0);
     let input = stdin_lines();
     let mut cfg = NodeConfig::loopback(o.ucx());
+    cfg.liveness = Some(Liveness {
+        timeout_ms: LIVENESS_TIMEOUT_MS,
+        ..Liveness::default()
+    });
     if let Some(ip) = o.listen {
         cfg.listen = Some(SocketAddr::new(ip, 0));
     }
@@ -463,12 +486,25 @@ fn peer(o: &Opts) -> Result<(), String> {
             node.wait(1).map_err(|e| e.to_string())?;
         }
         while let Some(ev) = node.peer_event(libs[0]) {
-            if let PeerEvent::Down { peer, cause } = ev {
+            if let PeerEvent::Down {
+                peer,
+                cause,
+                reason,
+            } = ev
+            {
                 if let Some(&i) = by_token.get(&peer) {
                     eprintln!(
                         "peer {me}: process {i} went down ({})",
-                        cause.map_or("closed".to_string(), |e| e.to_string())
+                        match (cause, reason) {
+                            (Some(e), _) => format!("endpoint: {e}"),
+                            (None, Some(r)) => format!("closed: {r:?}"),
+                            (None, None) => "closed".to_string(),
+                        }
                     );
+                    if reason == Some(CloseReason::Unresponsive) {
+                        // No PONG in time, on one side or the other (see `Liveness`).
+                        println!("SILENT {i}");
+                    }
                     // Its receives (posted with `recv_from`) fail with PeerDown by themselves.
                     dead.insert(i);
                     println!("DOWN {i} {}", now_ns());
@@ -769,6 +805,8 @@ struct Report {
     done: bool,
     /// Peer index → when this process heard it went down (monotonic ns).
     down: HashMap<usize, u64>,
+    /// Peers whose connection the heartbeat ended (no PONG in time, here or there).
+    silent: BTreeSet<usize>,
 }
 
 fn parent(o: &Opts) -> Result<(), String> {
@@ -816,6 +854,9 @@ fn parent(o: &Opts) -> Result<(), String> {
         children.push(child);
     }
     let result = run_parent(o, &mut children, &rx);
+    if let Some(c) = o.stop.and_then(|i| children.get_mut(i)) {
+        let _ = c.kill(); // stopped for good: SIGKILL still ends it
+    }
     for c in &mut children {
         if let Some(stdin) = c.stdin.as_mut() {
             let _ = writeln!(stdin, "EXIT");
@@ -824,7 +865,7 @@ fn parent(o: &Opts) -> Result<(), String> {
     let mut exit_failures = Vec::new();
     for (i, c) in children.iter_mut().enumerate() {
         let status = wait_child(c, Duration::from_secs(10));
-        if Some(i) != o.kill && !status {
+        if Some(i) != o.kill && Some(i) != o.stop && !status {
             exit_failures.push(i);
         }
     }
@@ -859,10 +900,12 @@ fn run_parent(
     let mut addrs: Vec<Option<String>> = vec![None; o.procs];
     let deadline = Instant::now() + TIMEOUT + Duration::from_secs(30);
     let mut killed = false;
+    let mut stopped = false;
     let mut cut_at: Option<u64> = None;
     let mut closed = vec![false; o.procs];
     loop {
-        let live_done = (0..o.procs).all(|i| Some(i) == o.kill || reports[i].done);
+        let live_done =
+            (0..o.procs).all(|i| Some(i) == o.kill || Some(i) == o.stop || reports[i].done);
         if live_done {
             return Ok(reports);
         }
@@ -872,7 +915,7 @@ fn run_parent(
             .map_err(|_| "timed out waiting for the peers")?;
         let Some(line) = line else {
             closed[i] = true;
-            if Some(i) != o.kill && !reports[i].done {
+            if Some(i) != o.kill && Some(i) != o.stop && !reports[i].done {
                 return Err(format!("process {i} ended before reporting"));
             }
             continue;
@@ -921,6 +964,20 @@ fn run_parent(
                 children[i].kill().map_err(|e| e.to_string())?;
                 println!("process {i} killed (SIGKILL) halfway through its sends");
             }
+            Some("MID") if Some(i) == o.stop && !stopped => {
+                stopped = true;
+                let st = Command::new("kill")
+                    .args(["-STOP", &children[i].id().to_string()])
+                    .status()
+                    .map_err(|e| format!("kill -STOP: {e}"))?;
+                if !st.success() {
+                    return Err(format!("kill -STOP {} failed", children[i].id()));
+                }
+                println!(
+                    "process {i} stopped (SIGSTOP) halfway through its sends, for good: it no \
+                     longer calls progress"
+                );
+            }
             Some("STAT") => {
                 let name = w.next().unwrap_or_default().to_string();
                 let mut v = [0u64; 6];
@@ -963,6 +1020,11 @@ fn run_parent(
                     _ => return Err(format!("process {i}: bad line {line:?}")),
                 }
             }
+            Some("SILENT") => {
+                if let Some(p) = w.next().and_then(|s| s.parse().ok()) {
+                    reports[i].silent.insert(p);
+                }
+            }
             Some("STRAY") => reports[i].stray = w.next().and_then(|s| s.parse().ok()).unwrap_or(0),
             Some("PEEKS") => reports[i].peeks = w.next().and_then(|s| s.parse().ok()).unwrap_or(0),
             Some("PROTO") => reports[i].proto = w.next().and_then(|s| s.parse().ok()).unwrap_or(0),
@@ -984,7 +1046,7 @@ fn pct(v: &mut [u64], p: f64) -> f64 {
 
 fn verdict(o: &Opts, reports: &[Report]) -> Result<(), String> {
     let survivors: Vec<usize> = (0..o.procs)
-        .filter(|&i| Some(i) != o.kill && Some(i) != o.hostile)
+        .filter(|&i| Some(i) != o.kill && Some(i) != o.stop && Some(i) != o.hostile)
         .collect();
     for (i, r) in reports.iter().enumerate() {
         if !r.ids.is_empty() {
@@ -1069,6 +1131,64 @@ fn verdict(o: &Opts, reports: &[Report]) -> Result<(), String> {
         }
         if v[5] > 0 {
             problems.push(format!("{n}: {} left over (duplicated)", v[5]));
+        }
+    }
+    // A kill over shared memory can leave a survivor's receive queue stuck for good: UCX's
+    // FIFO has each sender reserve a slot and then fill it, and the receiver reads in order, so
+    // a sender killed in between blocks everything behind it (README, "A peer killed over
+    // shared memory"). That process hears nobody; the heartbeat cuts it off from every peer
+    // (`Liveness`) instead of letting the whole run hang. Its traffic is then checked for
+    // misdelivery and duplicates only. Anywhere else a connection the heartbeat ended is a
+    // problem.
+    let shm_kill = o.kill.is_some() && o.transport == "shm";
+    let stuck: Vec<usize> = survivors
+        .iter()
+        .copied()
+        .filter(|&w| {
+            let peers: Vec<usize> = survivors.iter().copied().filter(|&b| b != w).collect();
+            shm_kill && !peers.is_empty() && peers.iter().all(|b| reports[w].silent.contains(b))
+        })
+        .collect();
+    for &w in &stuck {
+        println!(
+            "process {w}: its shared-memory receive queue stopped when process {} was killed \
+             mid-send (UCX's FIFO cannot recover); the heartbeat cut it off from every peer \
+             ({LIVENESS_TIMEOUT_MS} ms without a PONG); its messages are checked for \
+             misdelivery and duplicates only",
+            o.kill.unwrap_or_default()
+        );
+    }
+    for &a in &survivors {
+        if let Some(s) = o.stop {
+            // UCX sees a live process; only the heartbeat can end its connections.
+            if !reports[a].silent.contains(&s) {
+                problems.push(format!(
+                    "process {a}: the heartbeat did not cut off stopped process {s}"
+                ));
+            }
+        }
+        for &b in &reports[a].silent {
+            if !stuck.contains(&a) && !stuck.contains(&b) && Some(b) != o.stop {
+                problems.push(format!(
+                    "process {a}: the heartbeat ended its connection to {b} (no PONG in time)"
+                ));
+            }
+        }
+    }
+    let survivors: Vec<usize> = survivors
+        .into_iter()
+        .filter(|i| !stuck.contains(i))
+        .collect();
+    for &w in &stuck {
+        for &b in &survivors {
+            for (k, lib) in LIBS.iter().enumerate() {
+                for (x, y) in [(w, b), (b, w)] {
+                    let r = reports[y].recv.get(&(x, k)).copied().unwrap_or(0);
+                    if r > o.messages as u64 {
+                        problems.push(format!("{lib}: {x}->{y} received {r}"));
+                    }
+                }
+            }
         }
     }
     let m = o.messages as u64;

@@ -1,0 +1,149 @@
+//! The heartbeat (`Liveness`) on real UCX: a peer that stops answering PINGs is cut off with
+//! `CloseReason::Unresponsive`, and what was in flight to it ends with `PeerDown` instead of
+//! waiting for ever; a peer that keeps progressing is never cut off, however long it runs and
+//! however the clock jumps. (The multi-process case — a process whose shared-memory receive
+//! queue a kill left stuck, and a stopped process — is the demo's `--stop` and `--kill` over
+//! shm: `adapter-ucx/tests/multiprocess.rs`.)
+
+mod common;
+
+use tagspace_core::wire::CloseReason;
+use tagspace_ucx::node::{Clock, Liveness, NodeError, PeerEvent, LIVENESS_TICK_MAX_MS};
+
+const LIVENESS: Liveness = Liveness {
+    interval_ms: 1000,
+    timeout_ms: 10_000,
+};
+
+fn manual_pair(
+    clock: &Clock,
+) -> (
+    tagspace_ucx::node::Node,
+    tagspace_ucx::node::LibId,
+    tagspace_ucx::node::Node,
+    tagspace_ucx::node::LibId,
+) {
+    let (mut a, la) = common::dask_node_with(|c| {
+        c.clock = clock.clone();
+        c.liveness = Some(LIVENESS);
+    });
+    let (mut b, lb) = common::dask_node_with(|c| {
+        c.clock = Clock::manual();
+        c.liveness = Some(LIVENESS);
+    });
+    a.listen(la).unwrap();
+    b.connect(a.listen_addr().unwrap()).unwrap();
+    common::progress_until(&mut a, &mut b, "no connection", |a, b| {
+        a.route_tag(la, b.token(), 0).ok().flatten().is_some()
+            && b.route_tag(lb, a.token(), 0).ok().flatten().is_some()
+    });
+    (a, la, b, lb)
+}
+
+#[test]
+fn a_peer_that_stops_answering_is_cut_off_and_its_sends_end() {
+    let clock = Clock::manual();
+    let (mut a, la, b, _lb) = manual_pair(&clock);
+    while let Some(PeerEvent::Up { .. }) = a.peer_event(la) {}
+    // A rendezvous send (above the 8 KiB threshold): it can only finish when `b` answers, and
+    // `b` no longer calls progress from here on.
+    let op = a.send(la, b.token(), 7, vec![5u8; 64 * 1024], 1000);
+    for _ in 0..200 {
+        a.progress();
+    }
+    assert!(
+        !a.is_done(op),
+        "a rendezvous send finished without its receiver"
+    );
+
+    // Time passes in steps no larger than one tick: the first PING goes out, then waits.
+    let mut waited = 0;
+    while a.stats().liveness_timeouts == 0 {
+        assert!(
+            waited <= LIVENESS.interval_ms + LIVENESS.timeout_ms + 2 * LIVENESS_TICK_MAX_MS,
+            "not cut off after {waited} ms"
+        );
+        clock.advance(LIVENESS_TICK_MAX_MS / 2);
+        waited += LIVENESS_TICK_MAX_MS / 2;
+        a.progress();
+    }
+    assert!(
+        waited >= LIVENESS.timeout_ms,
+        "cut off after {waited} ms, before the timeout"
+    );
+    assert!(a.stats().heartbeats_sent >= 1);
+    assert_eq!(a.live_connections_to(b.token()), 0);
+    match a.peer_event(la) {
+        Some(PeerEvent::Down {
+            peer,
+            cause: None,
+            reason: Some(CloseReason::Unresponsive),
+        }) => assert_eq!(peer, b.token()),
+        other => panic!("want Down(Unresponsive), got {other:?}"),
+    }
+    for _ in 0..10 {
+        a.progress();
+    }
+    match a.take(op) {
+        Some(Err(NodeError::PeerDown { peer, cause: None })) => assert_eq!(peer, b.token()),
+        other => panic!("the send did not end with PeerDown: {other:?}"),
+    }
+    drop(b);
+    a.shutdown(500);
+}
+
+#[test]
+fn a_long_pause_of_our_own_is_not_held_against_the_peer() {
+    let clock = Clock::manual();
+    let (mut a, _la, mut b, _lb) = manual_pair(&clock);
+    // A PING goes out; then this node "computes" for a minute without calling progress.
+    clock.advance(LIVENESS.interval_ms);
+    a.progress();
+    assert!(a.stats().heartbeats_sent >= 1);
+    clock.advance(60_000);
+    // The peer had no chance to be heard meanwhile: its PONG is handled now.
+    common::progress_until(&mut a, &mut b, "no PONG", |a, _| {
+        a.stats().heartbeats_received >= 1
+    });
+    assert_eq!(a.stats().liveness_timeouts, 0);
+    assert_eq!(a.live_connections_to(b.token()), 1);
+    a.shutdown(500);
+    b.shutdown(500);
+}
+
+#[test]
+fn peers_that_keep_progressing_are_never_cut_off() {
+    let clock = Clock::manual();
+    let (mut a, la, mut b, lb) = manual_pair(&clock);
+    // Five simulated minutes of both sides progressing, with traffic both ways.
+    for round in 0..600u64 {
+        clock.advance(500);
+        let x = a.send(la, b.token(), round, vec![1u8; 100], 1000);
+        let y = b.send(lb, a.token(), round, vec![2u8; 100], 1000);
+        let rx = b.recv(lb, round, 100);
+        let ry = a.recv(la, round, 100);
+        common::progress_until(&mut a, &mut b, "traffic stalled", |a, b| {
+            a.is_done(x) && b.is_done(y) && b.is_done(rx) && a.is_done(ry)
+        });
+        for op in [x, ry] {
+            assert!(matches!(a.take(op), Some(Ok(_))));
+        }
+        for op in [y, rx] {
+            assert!(matches!(b.take(op), Some(Ok(_))));
+        }
+    }
+    assert_eq!(a.stats().liveness_timeouts + b.stats().liveness_timeouts, 0);
+    assert!(
+        a.stats().heartbeats_sent >= 100,
+        "{} PINGs and PONGs",
+        a.stats().heartbeats_sent
+    );
+    assert!(
+        a.stats().heartbeats_received >= 100,
+        "b answered {}",
+        a.stats().heartbeats_received
+    );
+    assert_eq!(a.live_connections_to(b.token()), 1);
+    a.shutdown(500);
+    b.shutdown(500);
+}
