@@ -15,6 +15,9 @@
 use crate::fabric::{EpId, Fabric, FabricError, ProcessId, RecvId, SendId, WorkerEvent, WorkerId};
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
+use tagspace_core::engine::{
+    self, after_peer_close, AfterClose, Check, Deadlines, Link, LiveClock, Liveness,
+};
 use tagspace_core::namespace::am_namespace;
 use tagspace_core::session::{Event, Session, SessionError};
 use tagspace_core::wellknown::CONTROL_ID;
@@ -124,6 +127,17 @@ struct Conn {
     state: ConnState,
     /// Its session's pins were given back (R7), once it went down.
     finished: bool,
+    /// The handshake, acknowledgement and heartbeat deadlines (the core engine's, as on UCX).
+    deadlines: Deadlines,
+}
+
+impl Link<CAP> for Conn {
+    fn is_open(&self) -> bool {
+        self.state == ConnState::Open
+    }
+    fn deadline_parts(&mut self) -> (&mut Session<CAP>, &mut Deadlines) {
+        (&mut self.session, &mut self.deadlines)
+    }
 }
 
 struct Lib {
@@ -171,6 +185,11 @@ pub struct Node {
     protocol_errors: Vec<SessionError>,
     last_drain_ms: Option<u64>,
     buf: Vec<u8>,
+    liveness: Option<Liveness>,
+    live: LiveClock,
+    /// The fabric's time at the last `progress` (new connections start their deadlines there).
+    last_now_ms: u64,
+    deadline_closes: u64,
 }
 
 impl Node {
@@ -206,7 +225,22 @@ impl Node {
             protocol_errors: Vec::new(),
             last_drain_ms: None,
             buf: vec![0; MAX_FRAME_LEN],
+            liveness: Some(Liveness::default()),
+            live: LiveClock::new(fab.now_ms()),
+            last_now_ms: fab.now_ms(),
+            deadline_closes: 0,
         }
+    }
+
+    /// The heartbeat ([`Liveness`], on by default as on UCX); `None` turns it off.
+    pub fn set_liveness(&mut self, liveness: Option<Liveness>) {
+        self.liveness = liveness;
+    }
+
+    /// Connections this node closed because a deadline passed (handshake, withdrawal
+    /// acknowledgements, heartbeat: the core engine's [`Deadlines`]).
+    pub fn deadline_closes(&self) -> u64 {
+        self.deadline_closes
     }
 
     /// This process's token.
@@ -303,6 +337,7 @@ impl Node {
     /// Opens a connection to another process's worker; the handshake runs in `progress`.
     pub fn connect(&mut self, fab: &mut Fabric, to: WorkerId) -> Result<(), NodeError> {
         let ep = fab.connect(self.worker, to)?;
+        self.last_now_ms = fab.now_ms();
         self.add_conn(ep, Role::Initiator);
         Ok(())
     }
@@ -313,6 +348,7 @@ impl Node {
             session: Box::new(Session::new(role, &self.identity, self.registry.layout())),
             state: ConnState::Open,
             finished: false,
+            deadlines: Deadlines::new(self.last_now_ms, self.live.now()),
         });
     }
 
@@ -588,6 +624,7 @@ impl Node {
         if !fab.is_alive(fab.process_of(self.worker)) {
             return;
         }
+        self.last_now_ms = fab.now_ms();
         while let Some(ev) = fab.event(self.worker) {
             match ev {
                 WorkerEvent::Accepted(ep) => self.add_conn(ep, Role::Acceptor),
@@ -618,6 +655,7 @@ impl Node {
         }
         self.take_ack_tags(fab);
         self.flush(fab);
+        self.expire_deadlines(fab);
         self.release_pins(fab);
         let ids: Vec<OpId> = self.ops.keys().copied().collect();
         for id in ids {
@@ -642,8 +680,14 @@ impl Node {
         }
         match self.conns[i].session.handle(bytes) {
             Ok(Some(Event::Established { peer_token })) => self.settle_duplicates(fab, peer_token),
-            Ok(Some(Event::Closed { .. })) => {
-                self.conns[i].state = ConnState::Down(None);
+            Ok(Some(Event::Closed { reason })) => {
+                // Closing the endpoint fails what is in flight on it (the fabric's rule), which
+                // is what `AbandonAndClose` asks; delivery is synchronous here, so nothing is
+                // left to linger for either.
+                self.conns[i].state = match after_peer_close(reason) {
+                    AfterClose::Linger => ConnState::Superseded,
+                    AfterClose::AbandonAndClose | AfterClose::Close => ConnState::Down(None),
+                };
                 fab.ep_close(ep);
             }
             Ok(_) => {}
@@ -698,7 +742,13 @@ impl Node {
         while let Ok(Some(r)) = fab.tag_probe(self.worker, tag, layout.namespace_mask(), true) {
             let mine =
                 tagspace_core::wire::parse_ack_tag(&layout, r.tag).is_some_and(|(id, seq)| {
-                    self.conns.iter_mut().any(|c| c.session.on_ack_tag(id, seq))
+                    self.conns.iter_mut().any(|c| {
+                        let hit = c.session.on_ack_tag(id, seq);
+                        if hit {
+                            c.deadlines.acks_arrived();
+                        }
+                        hit
+                    })
                 });
             if !mine {
                 self.stray += 1;
@@ -728,6 +778,29 @@ impl Node {
                 }
             }
             self.registry.unpin(id);
+        }
+    }
+
+    /// The connection deadlines, decided by the core engine exactly as on the UCX node.
+    fn expire_deadlines(&mut self, fab: &mut Fabric) {
+        let mut due = Vec::new();
+        engine::sweep(
+            &mut self.conns,
+            &mut self.live,
+            fab.now_ms(),
+            self.liveness,
+            &mut due,
+        );
+        for (i, check) in due {
+            if let Check::Expired(why) = check {
+                self.deadline_closes += 1;
+                self.conns[i].session.close(why.reason());
+                self.flush_conn(fab, i);
+                self.conns[i].state = ConnState::Down(None);
+                fab.ep_close(self.conns[i].ep);
+            } else {
+                self.flush_conn(fab, i); // a PING was queued
+            }
         }
     }
 

@@ -29,6 +29,9 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tagspace_core::engine::{
+    self, after_peer_close, AfterClose, Check, Deadlines, Expiry, Link, LiveClock,
+};
 use tagspace_core::identity::Identity;
 use tagspace_core::namespace::{am_namespace, Route};
 use tagspace_core::session::{Event, Phase, Session, SessionError};
@@ -71,19 +74,14 @@ pub const EARLY_FRAMES_MAX: usize = 64;
 /// The bytes of control frames that may wait for wire-up on one connection (see
 /// [`EARLY_FRAMES_MAX`]).
 pub const EARLY_BYTES_MAX: usize = 64 * 1024;
-/// How long (ms) a new connection may take to complete its handshake (HELLOs and PROOFs).
-pub const HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
-/// How long (ms) a peer may leave this node's withdrawals unacknowledged, with none of them
-/// arriving meanwhile, before its connection is closed (R7: it would keep ids quarantined).
-pub const ACK_TIMEOUT_MS: u64 = 30_000;
+// The connection deadlines are the core engine's (the mock node runs the same code).
+pub use tagspace_core::engine::{
+    Liveness, ACK_TIMEOUT_MS, HANDSHAKE_TIMEOUT_MS, LIVENESS_TICK_MAX_MS,
+};
 /// Withdrawal acknowledgement tags taken per `progress` call at most (R7).
 pub const ACKS_PER_CALL: u32 = 64;
 /// Protocol errors kept for [`Node::protocol_errors`] (older ones are only counted).
 pub const PROTOCOL_ERRORS_KEPT: usize = 64;
-/// The most one gap between `progress` calls adds to the heartbeat's clock ([`Liveness`]): a
-/// peer's PONG can only be handled while this node progresses, so time this node spends away
-/// (computing, stopped, descheduled) is not held against the peer.
-pub const LIVENESS_TICK_MAX_MS: u64 = 1000;
 
 /// A library's handle inside one node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -332,23 +330,25 @@ struct Conn {
     /// connection's session handles a frame, and libraries are only ever added (a released
     /// `LibId` is never reused): refreshed at exactly those two points.
     routes: Vec<Option<Route>>,
-    /// When the endpoint was made: the handshake must end by [`HANDSHAKE_TIMEOUT_MS`] later.
-    opened_ms: u64,
-    /// Since when its session has waited for withdrawal acknowledgements without any arriving
-    /// (R7); [`ACK_TIMEOUT_MS`] later the connection is closed.
-    ack_wait_since: Option<u64>,
+    /// The handshake, acknowledgement and heartbeat deadlines (decided by the core engine).
+    deadlines: Deadlines,
     /// Test hook: this side withholds its acknowledgements (a peer that never answers).
     withhold_acks: bool,
-    /// On the heartbeat's clock: when the next PING is due, and when the one waiting for its
-    /// PONG was queued.
-    next_ping_ms: u64,
-    ping_ms: u64,
     /// The reason of the CLOSE that ended the connection, sent or received.
     closed_for: Option<CloseReason>,
     /// The current one-second window of [`PeerLimits`], and what the peer sent in it.
     window_ms: u64,
     control_in_window: u32,
     unwanted_in_window: u32,
+}
+
+impl Link<CAP> for Conn {
+    fn is_open(&self) -> bool {
+        self.state == ConnState::Open
+    }
+    fn deadline_parts(&mut self) -> (&mut Session<CAP>, &mut Deadlines) {
+        (&mut self.session, &mut self.deadlines)
+    }
 }
 
 /// An endpoint being closed in order: closed only once every request on it has finished (UCX
@@ -417,43 +417,16 @@ pub struct NodeConfig {
     pub clock: Clock,
     /// What one connection may send unasked before it is cut off (D5).
     pub limits: PeerLimits,
-    /// The heartbeat on established connections; `None`: off (a peer that stops answering is
-    /// then only noticed when UCX reports its endpoint failed).
+    /// The heartbeat on established connections ([`Liveness`]: by default a PING a second,
+    /// cut off after 30 s without an answer); `None`: off (a peer that stops answering is then
+    /// only noticed when UCX reports its endpoint failed). A connection it closes ends with
+    /// [`CloseReason::Unresponsive`] on both sides (`stats().liveness_timeouts`, the reason in
+    /// [`PeerEvent::Down`]), and what was in flight on it ends with `PeerDown` at once. It
+    /// frees a process whose shared-memory receive queue a kill left stuck (see the README).
+    /// **Call `progress` at least once per `timeout_ms`**, or peers cut this node off; time
+    /// away from `progress` is not held against them (gaps count at most
+    /// [`LIVENESS_TICK_MAX_MS`]).
     pub liveness: Option<Liveness>,
-}
-
-/// The heartbeat: every established connection carries a PING each `interval_ms`, and a PING
-/// not answered within `timeout_ms` closes the connection ([`CloseReason::Unresponsive`],
-/// `stats().liveness_timeouts`, then [`PeerEvent::Down`]).
-///
-/// UCX only notices a peer that died; this notices a connection that stopped working while
-/// both processes live: a peer that stopped calling `progress`, or a process whose
-/// shared-memory receive queue is stuck — UCX's shared-memory FIFO has every sender reserve a
-/// slot, then fill it, and the receiver reads slots in order, so a sender killed between the
-/// two leaves a slot that is never filled and everything queued behind it, from every sender,
-/// is never read (see README, "A peer killed over shared memory"). That process then hears
-/// nobody; its PINGs still go out, so it cuts off every peer (they see it go down) instead of
-/// waiting for ever.
-///
-/// Time is counted only while this node calls `progress` (at most [`LIVENESS_TICK_MAX_MS`] per
-/// gap between calls). The contract it adds: **a process must call `progress` at least once
-/// per `timeout_ms`**, or its peers cut it off; raise `timeout_ms`, or set `liveness: None`, for
-/// longer pauses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Liveness {
-    /// How often a PING goes out on an established connection (after the last one's PONG).
-    pub interval_ms: u64,
-    /// How long a PING may wait for its PONG before the connection is closed.
-    pub timeout_ms: u64,
-}
-
-impl Default for Liveness {
-    fn default() -> Self {
-        Liveness {
-            interval_ms: 1000,
-            timeout_ms: 30_000,
-        }
-    }
 }
 
 /// Per connection, per second: how much a peer may send that nobody asked for before its
@@ -538,10 +511,8 @@ pub struct Node {
     clock: Clock,
     limits: PeerLimits,
     liveness: Option<Liveness>,
-    /// The heartbeat's clock (ms): [`Clock`] time, counted only while this node progresses
-    /// (each gap capped at [`LIVENESS_TICK_MAX_MS`]), and when it last moved.
-    live_ms: u64,
-    live_tick_ms: u64,
+    /// The heartbeat's clock: [`Clock`] time counted only while this node progresses.
+    live: LiveClock,
     /// Closes and drains UCX has not finished with yet.
     background: Vec<Request>,
     /// Endpoints waiting for their requests to finish before they are closed.
@@ -578,6 +549,7 @@ impl Node {
             Some(a) => Some(worker.listen(a)?),
             None => None,
         };
+        let live = LiveClock::new(cfg.clock.now_ms());
         let node = Node {
             registry,
             token: cfg.identity.token(),
@@ -601,8 +573,7 @@ impl Node {
             clock: cfg.clock,
             limits: cfg.limits,
             liveness: cfg.liveness,
-            live_ms: 0,
-            live_tick_ms: 0,
+            live,
             background: Vec::new(),
             closing: Vec::new(),
             buf: vec![0; MAX_FRAME_LEN],
@@ -815,11 +786,8 @@ impl Node {
             early_bytes: 0,
             ctl_inflight: Vec::new(),
             routes: Vec::new(),
-            opened_ms: self.clock.now_ms(),
-            ack_wait_since: None,
+            deadlines: Deadlines::new(self.clock.now_ms(), self.live.now()),
             withhold_acks: false,
-            next_ping_ms: self.live_ms,
-            ping_ms: self.live_ms,
             closed_for: None,
             window_ms: self.clock.now_ms(),
             control_in_window: 0,
@@ -1658,14 +1626,14 @@ impl Node {
                 let peer = self.conns[i].peer();
                 tracing::info!(?peer, ?reason, "peer closed the connection");
                 self.conns[i].closed_for = Some(reason);
-                if reason == CloseReason::Unresponsive {
-                    self.abandon_ops(i);
-                }
-                if reason == CloseReason::Superseded {
+                match after_peer_close(reason) {
                     // The peer settled the duplicate first; linger like it does.
-                    self.supersede(i);
-                } else {
-                    self.close_conn(i, ConnState::Down(None));
+                    AfterClose::Linger => self.supersede(i),
+                    AfterClose::AbandonAndClose => {
+                        self.abandon_ops(i);
+                        self.close_conn(i, ConnState::Down(None));
+                    }
+                    AfterClose::Close => self.close_conn(i, ConnState::Down(None)),
                 }
             }
             Ok(_) => {}
@@ -1814,66 +1782,36 @@ impl Node {
     /// - the heartbeat ([`Liveness`]): a PING due goes out, one unanswered for too long closes
     ///   the connection.
     fn expire_deadlines(&mut self) {
+        let mut due = Vec::new();
         let now = self.clock.now_ms();
-        self.live_ms += now
-            .saturating_sub(self.live_tick_ms)
-            .min(LIVENESS_TICK_MAX_MS);
-        self.live_tick_ms = now;
-        for i in 0..self.conns.len() {
-            if self.conns[i].state != ConnState::Open {
+        engine::sweep(
+            &mut self.conns,
+            &mut self.live,
+            now,
+            self.liveness,
+            &mut due,
+        );
+        for (i, check) in due {
+            let Check::Expired(why) = check else {
+                self.flush_conn(i); // a PING was queued
                 continue;
-            }
-            if let (Some(l), true) = (self.liveness, self.conns[i].session.is_established()) {
-                let live = self.live_ms;
-                let c = &mut self.conns[i];
-                if !c.session.ping_outstanding() {
-                    if live >= c.next_ping_ms && c.session.ping() {
-                        c.ping_ms = live;
-                        c.next_ping_ms = live.saturating_add(l.interval_ms);
-                        self.flush_conn(i);
-                    }
-                } else if live >= c.ping_ms.saturating_add(l.timeout_ms) {
-                    tracing::warn!(
-                        peer = ?c.peer(),
-                        "no answer to a PING in {} ms; closing the connection",
-                        l.timeout_ms
-                    );
+            };
+            let c = &self.conns[i];
+            tracing::warn!(
+                peer = ?c.peer(),
+                claimed = ?c.session.claimed_token(),
+                ?why,
+                "connection deadline passed; closing the connection"
+            );
+            match why {
+                Expiry::Handshake(_) => self.stats.handshake_timeouts += 1,
+                Expiry::Acks => self.stats.ack_timeouts += 1,
+                Expiry::Unresponsive => {
                     self.stats.liveness_timeouts += 1;
                     self.abandon_ops(i);
-                    self.cut_off(i, Some(CloseReason::Unresponsive));
-                    continue;
                 }
             }
-            let c = &mut self.conns[i];
-            if !c.session.is_established() {
-                if now < c.opened_ms.saturating_add(HANDSHAKE_TIMEOUT_MS) {
-                    continue;
-                }
-                tracing::warn!(
-                    claimed = ?c.session.claimed_token(),
-                    "handshake not completed in {HANDSHAKE_TIMEOUT_MS} ms; closing the connection"
-                );
-                let reason = match c.session.phase() {
-                    Phase::Proving => CloseReason::Unproven,
-                    _ => CloseReason::ProtocolError,
-                };
-                self.stats.handshake_timeouts += 1;
-                self.cut_off(i, Some(reason));
-            } else if c.session.awaiting_acks() == 0 {
-                c.ack_wait_since = None;
-            } else if now
-                >= c.ack_wait_since
-                    .get_or_insert(now)
-                    .saturating_add(ACK_TIMEOUT_MS)
-            {
-                tracing::warn!(
-                    peer = ?c.peer(),
-                    waiting = c.session.awaiting_acks(),
-                    "withdrawals not acknowledged in {ACK_TIMEOUT_MS} ms; closing the connection"
-                );
-                self.stats.ack_timeouts += 1;
-                self.cut_off(i, Some(CloseReason::ProtocolError));
-            }
+            self.cut_off(i, Some(why.reason()));
         }
     }
 
@@ -2005,7 +1943,7 @@ impl Node {
         for c in &mut self.conns {
             while let Some(id) = c.session.take_confirmed() {
                 self.unpin_pending.push(id);
-                c.ack_wait_since = None; // the peer is answering: its deadline starts over
+                c.deadlines.acks_arrived(); // the peer is answering: its deadline starts over
             }
         }
         if self.unpin_pending.is_empty() {

@@ -77,6 +77,9 @@ pub trait Cluster {
     fn am_take(&mut self, p: Proc, lib: Lib, local: u16) -> Option<Vec<u8>>;
     /// Kills a process (`kill -9`).
     fn kill(&mut self, p: Proc);
+    /// `p` stops calling `progress` for good (stopped, deadlocked) but stays alive: the
+    /// transport sees nothing wrong with it.
+    fn freeze(&mut self, p: Proc);
     /// A legacy library outside tagspace sends a raw tag on the shared endpoint.
     fn legacy_send(&mut self, from: Proc, to: Proc, tag: u64, data: &[u8]);
     /// A legacy library outside tagspace probes `p`'s worker with a raw `(tag, mask)`.
@@ -128,6 +131,7 @@ macro_rules! conformance_suite {
             malformed_control_bytes_close_only_that_peer,
             claimed_identity_is_not_a_peer,
             released_id_is_quarantined_until_peers_confirm,
+            a_peer_that_stops_progressing_is_cut_off,
             stray_messages_counted_and_drained,
             peer_failure_mid_stream,
             ordering_per_sender,

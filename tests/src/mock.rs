@@ -11,6 +11,8 @@ pub struct MockCluster {
     pub fabric: Fabric,
     /// One node per process.
     pub nodes: Vec<Node>,
+    /// Processes that no longer progress ([`Cluster::freeze`]).
+    pub frozen: Vec<Proc>,
 }
 
 impl MockCluster {
@@ -19,6 +21,7 @@ impl MockCluster {
         MockCluster {
             fabric: Fabric::new(),
             nodes: Vec::new(),
+            frozen: Vec::new(),
         }
     }
 
@@ -63,8 +66,10 @@ impl Cluster for MockCluster {
         // Delivery is synchronous, so a handful of rounds lets every chain of reactions finish
         // (a handshake takes three).
         for _ in 0..6 {
-            for n in &mut self.nodes {
-                n.progress(&mut self.fabric);
+            for (p, n) in self.nodes.iter_mut().enumerate() {
+                if !self.frozen.contains(&p) {
+                    n.progress(&mut self.fabric);
+                }
             }
         }
     }
@@ -139,6 +144,10 @@ impl Cluster for MockCluster {
 
     fn kill(&mut self, p: Proc) {
         self.fabric.kill(ProcessId(p));
+    }
+
+    fn freeze(&mut self, p: Proc) {
+        self.frozen.push(p);
     }
 
     fn legacy_send(&mut self, from: Proc, to: Proc, tag: u64, data: &[u8]) {

@@ -317,6 +317,56 @@ pub fn claimed_identity_is_not_a_peer<C: Cluster + ?Sized>(c: &mut C) {
     assert_eq!(ok(c, b, r).unwrap(), b"still the real b");
 }
 
+/// The heartbeat (core `engine::Deadlines`, default `Liveness`: a PING a second, 30 s to
+/// answer): a peer that stops calling `progress` but stays alive — the transport sees nothing
+/// wrong — is cut off once its PING has waited the timeout, not before; a send in flight to it
+/// ends instead of waiting for ever; peers that progress are never cut off, however much time
+/// passes.
+pub fn a_peer_that_stops_progressing_is_cut_off<C: Cluster + ?Sized>(c: &mut C) {
+    let p = mesh(c, 3);
+    let (a, b, z) = (p[0], p[1], p[2]);
+    let la = c.register(a, "dask").unwrap();
+    for q in [b, z] {
+        c.register(q, "dask").unwrap();
+    }
+    c.settle();
+    for _ in 0..45 {
+        c.advance_ms(1000);
+    }
+    for (x, y) in [(a, b), (a, z), (b, z)] {
+        assert_eq!(
+            c.live_connections(x, y),
+            1,
+            "{x}-{y} cut off while progressing"
+        );
+    }
+    c.freeze(z);
+    // Rendezvous-sized: it can only finish when z takes part.
+    let op = c.send(a, la, z, 9, &[7u8; 64 * 1024], T);
+    for _ in 0..20 {
+        c.advance_ms(1000);
+    }
+    assert_eq!(c.live_connections(a, z), 1, "cut off before the timeout");
+    assert!(
+        c.take(a, op).is_none(),
+        "the send to a frozen peer finished"
+    );
+    for _ in 0..15 {
+        c.advance_ms(1000);
+    }
+    assert_eq!(c.live_connections(a, z), 0, "a frozen peer was not cut off");
+    assert_eq!(c.live_connections(b, z), 0, "a frozen peer was not cut off");
+    assert_eq!(
+        c.live_connections(a, b),
+        1,
+        "the others keep their connection"
+    );
+    assert!(
+        matches!(wait(c, a, op, ROUNDS), Some(Err(_))),
+        "the send to the frozen peer did not end with an error"
+    );
+}
+
 /// R7: a released id is not handed out again until the peers told about it have confirmed
 /// that nothing more can arrive for it; then what did arrive is drained as strays, so a message
 /// sent to the old name never reaches the name that takes the id next.

@@ -26,6 +26,8 @@ pub struct UcxCluster {
     background: Vec<Request>,
     /// Connections from outside tagspace ([`Cluster::raw_control`]), kept open.
     raw: Vec<(Worker, Endpoint)>,
+    /// Processes that no longer progress ([`Cluster::freeze`]).
+    frozen: Vec<Proc>,
 }
 
 impl UcxCluster {
@@ -39,6 +41,7 @@ impl UcxCluster {
             clock: Clock::manual(),
             background: Vec::new(),
             raw: Vec::new(),
+            frozen: Vec::new(),
         }
     }
 
@@ -63,8 +66,10 @@ impl UcxCluster {
 
     fn progress_all(&mut self) -> bool {
         let mut busy = false;
-        for n in self.nodes.iter_mut().flatten() {
-            busy |= n.progress();
+        for (p, n) in self.nodes.iter_mut().enumerate() {
+            if let (Some(n), false) = (n, self.frozen.contains(&p)) {
+                busy |= n.progress();
+            }
         }
         self.background.retain_mut(|r| r.test().is_none());
         // Raw workers are only kept alive (they answer nothing): not counted as activity.
@@ -129,8 +134,11 @@ impl Cluster for UcxCluster {
         let start = Instant::now();
         let mut idle_since = Instant::now();
         while start.elapsed() < Duration::from_secs(10) {
+            // A node with work in flight to a frozen peer keeps it for as long as the peer is
+            // frozen: then only idleness counts.
             let in_flight = !self.background.is_empty()
-                || self.nodes.iter().flatten().any(Node::has_work_in_flight);
+                || self.frozen.is_empty()
+                    && self.nodes.iter().flatten().any(Node::has_work_in_flight);
             if self.progress_all() || in_flight {
                 idle_since = Instant::now();
             } else if idle_since.elapsed() >= quiet {
@@ -206,6 +214,10 @@ impl Cluster for UcxCluster {
 
     fn am_take(&mut self, p: Proc, lib: Lib, local: u16) -> Option<Vec<u8>> {
         self.node(p).am_take(LibId(lib), local)
+    }
+
+    fn freeze(&mut self, p: Proc) {
+        self.frozen.push(p);
     }
 
     fn kill(&mut self, p: Proc) {
