@@ -14,7 +14,6 @@
 
 use crate::fabric::{EpId, Fabric, FabricError, ProcessId, RecvId, SendId, WorkerEvent, WorkerId};
 use std::collections::{HashMap, VecDeque};
-use std::fmt;
 use tagspace_core::engine::{
     self, after_peer_close, AfterClose, Check, Deadlines, Link, LiveClock, Liveness,
 };
@@ -22,94 +21,21 @@ use tagspace_core::namespace::am_namespace;
 use tagspace_core::session::{Event, Session, SessionError};
 use tagspace_core::wellknown::CONTROL_ID;
 use tagspace_core::wire::{CloseReason, Role, MAX_FRAME_LEN};
-use tagspace_core::{Identity, Name, Namespace, Registry, RegistryError, TagError, TagLayout};
+use tagspace_core::{Identity, Namespace, Registry, TagLayout};
 
 /// Registry capacity of a simulated process.
 pub const CAP: usize = 256;
 /// How often (simulated ms) `progress` drains stray messages.
 pub const DRAIN_INTERVAL_MS: u64 = 10;
 
-/// A library's handle inside one node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct LibId(pub usize);
-/// An operation started on a node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct OpId(pub u64);
-
-/// Why a node operation failed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum NodeError {
-    /// The simulated UCX reported an error.
-    Fabric(FabricError),
-    /// No open connection to that peer.
-    NoConnection {
-        /// The peer's process token.
-        peer: u64,
-    },
-    /// The peer did not register the name before the deadline (P2).
-    PeerLacksNamespace {
-        /// The name.
-        name: Name,
-        /// The peer's process token.
-        peer: u64,
-        /// How long we waited.
-        waited_ms: u64,
-    },
-    /// Building a tag failed.
-    Tag(TagError),
-    /// The registry refused.
-    Registry(RegistryError),
-    /// No such library handle (released, or never registered here).
-    NoSuchLibrary,
-}
-
-impl fmt::Display for NodeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            NodeError::Fabric(e) => write!(f, "transport: {e}"),
-            NodeError::NoConnection { peer } => write!(f, "no open connection to peer {peer:#x}"),
-            NodeError::PeerLacksNamespace {
-                name,
-                peer,
-                waited_ms,
-            } => write!(
-                f,
-                "peer {peer:#x} has not registered namespace \"{name}\" (waited {waited_ms} ms)"
-            ),
-            NodeError::Tag(e) => e.fmt(f),
-            NodeError::Registry(e) => e.fmt(f),
-            NodeError::NoSuchLibrary => f.write_str("no such library handle"),
-        }
-    }
-}
-
-impl std::error::Error for NodeError {}
+pub use tagspace_core::engine::{Counters, LibId, OpId};
+/// Why a node operation failed: the core engine's error, with the fabric's.
+pub type NodeError = engine::NodeError<FabricError>;
 
 impl From<FabricError> for NodeError {
     fn from(e: FabricError) -> Self {
-        NodeError::Fabric(e)
+        NodeError::Transport(e)
     }
-}
-impl From<TagError> for NodeError {
-    fn from(e: TagError) -> Self {
-        NodeError::Tag(e)
-    }
-}
-impl From<RegistryError> for NodeError {
-    fn from(e: RegistryError) -> Self {
-        NodeError::Registry(e)
-    }
-}
-
-/// Per-namespace counters, readable by the application.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counters {
-    /// Tag messages and AMs sent.
-    pub sent: u64,
-    /// Tag messages and AMs received.
-    pub received: u64,
-    /// Operations that failed.
-    pub failed: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -590,7 +516,7 @@ impl Node {
                     _ => None,
                 });
                 return match failed {
-                    Some(e) => Err(NodeError::Fabric(e)),
+                    Some(e) => Err(NodeError::Transport(e)),
                     None => Ok(Sent::NoConnection),
                 };
             }

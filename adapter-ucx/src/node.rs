@@ -24,7 +24,6 @@ use crate::ucp::{
 };
 use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
-use std::fmt;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -37,7 +36,7 @@ use tagspace_core::namespace::{am_namespace, Route};
 use tagspace_core::session::{Event, Phase, Session, SessionError};
 use tagspace_core::wellknown::CONTROL_ID;
 use tagspace_core::wire::{self, CloseReason, Role, MAX_FRAME_LEN};
-use tagspace_core::{Name, Namespace, Registry, RegistryError, TagError, TagLayout};
+use tagspace_core::{Namespace, Registry, TagLayout};
 
 /// Registry capacity (the process-wide registry's).
 pub const CAP: usize = 256;
@@ -83,12 +82,11 @@ pub const ACKS_PER_CALL: u32 = 64;
 /// Protocol errors kept for [`Node::protocol_errors`] (older ones are only counted).
 pub const PROTOCOL_ERRORS_KEPT: usize = 64;
 
-/// A library's handle inside one node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct LibId(pub usize);
-/// An operation started on a node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct OpId(pub u64);
+pub use tagspace_core::engine::{Counters, LibId, OpId};
+/// Why a node operation failed: the core engine's error, with UCX's (a peer failure says so).
+pub type NodeError = engine::NodeError<UcxError>;
+/// A change in the set of peers, told to every library that [`Node::listen`]s.
+pub type PeerEvent = engine::PeerEvent<UcxError>;
 
 /// Milliseconds for deadlines: the real monotonic clock, or a manual one that only moves when
 /// told (for deterministic tests of P2 deadlines over a real transport).
@@ -122,111 +120,10 @@ impl Clock {
     }
 }
 
-/// Why a node operation failed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum NodeError {
-    /// UCX reported an error (a peer failure says so).
-    Ucx(UcxError),
-    /// No open connection to that peer.
-    NoConnection {
-        /// The peer's process token.
-        peer: u64,
-    },
-    /// The connection to the peer failed or was closed while the operation waited.
-    PeerDown {
-        /// The peer's process token.
-        peer: u64,
-        /// What UCX said, if it was a failure rather than an orderly close.
-        cause: Option<UcxError>,
-    },
-    /// The peer did not register the name before the deadline (P2).
-    PeerLacksNamespace {
-        /// The name.
-        name: Name,
-        /// The peer's process token.
-        peer: u64,
-        /// How long we waited.
-        waited_ms: u64,
-    },
-    /// Building a tag failed.
-    Tag(TagError),
-    /// The registry refused.
-    Registry(RegistryError),
-    /// No such library handle (released, or never registered here).
-    NoSuchLibrary,
-}
-
-impl fmt::Display for NodeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            NodeError::Ucx(e) => write!(f, "transport: {e}"),
-            NodeError::NoConnection { peer } => write!(f, "no open connection to peer {peer:#x}"),
-            NodeError::PeerDown { peer, cause } => match cause {
-                Some(e) => write!(f, "connection to peer {peer:#x} failed: {e}"),
-                None => write!(f, "connection to peer {peer:#x} was closed"),
-            },
-            NodeError::PeerLacksNamespace {
-                name,
-                peer,
-                waited_ms,
-            } => write!(
-                f,
-                "peer {peer:#x} has not registered namespace \"{name}\" (waited {waited_ms} ms)"
-            ),
-            NodeError::Tag(e) => e.fmt(f),
-            NodeError::Registry(e) => e.fmt(f),
-            NodeError::NoSuchLibrary => f.write_str("no such library handle"),
-        }
-    }
-}
-
-impl std::error::Error for NodeError {}
-
 impl From<UcxError> for NodeError {
     fn from(e: UcxError) -> Self {
-        NodeError::Ucx(e)
+        NodeError::Transport(e)
     }
-}
-impl From<TagError> for NodeError {
-    fn from(e: TagError) -> Self {
-        NodeError::Tag(e)
-    }
-}
-impl From<RegistryError> for NodeError {
-    fn from(e: RegistryError) -> Self {
-        NodeError::Registry(e)
-    }
-}
-
-/// Per-namespace counters, readable by the application.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counters {
-    /// Tag messages and AMs sent.
-    pub sent: u64,
-    /// Tag messages and AMs received.
-    pub received: u64,
-    /// Operations that failed.
-    pub failed: u64,
-}
-
-/// A change in the set of peers, told to every library that [`Node::listen`]s.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PeerEvent {
-    /// A connection to this peer is established (its directory is known).
-    Up {
-        /// The peer's token.
-        peer: u64,
-    },
-    /// The connection to this peer is gone.
-    Down {
-        /// The peer's token.
-        peer: u64,
-        /// UCX's error if it failed; `None` for an orderly close.
-        cause: Option<UcxError>,
-        /// The reason in the CLOSE frame that ended it, whichever side sent it (e.g.
-        /// [`CloseReason::Unresponsive`] from the heartbeat); `None` if no CLOSE was exchanged.
-        reason: Option<CloseReason>,
-    },
 }
 
 /// Node-wide counters.

@@ -119,7 +119,7 @@ fn receive_matched_to_a_dead_peers_rendezvous_fails_with_peer_down() {
     a.cancel(untied);
     wait_done(&mut a, untied, &mut [&mut c], "cancelled receive");
     match a.take(untied) {
-        Some(Err(NodeError::Ucx(e))) => assert_eq!(e.status, Status::CANCELED),
+        Some(Err(NodeError::Transport(e))) => assert_eq!(e.status, Status::CANCELED),
         other => panic!("expected UCX's CANCELED, got {other:?}"),
     }
     // A receive posted for a peer already known to have failed fails at once.
