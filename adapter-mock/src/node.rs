@@ -61,6 +61,9 @@ impl Link<CAP> for Conn {
     fn is_open(&self) -> bool {
         self.state == ConnState::Open
     }
+    fn session(&self) -> &Session<CAP> {
+        &self.session
+    }
     fn deadline_parts(&mut self) -> (&mut Session<CAP>, &mut Deadlines) {
         (&mut self.session, &mut self.deadlines)
     }
@@ -239,12 +242,7 @@ impl Node {
 
     /// Open, established connections to `peer`.
     pub fn live_connections_to(&self, peer: u64) -> usize {
-        self.conns
-            .iter()
-            .filter(|c| {
-                c.state == ConnState::Open && c.session.peer().map(|p| p.token) == Some(peer)
-            })
-            .count()
+        engine::live_to(&self.conns, peer)
     }
 
     /// Tokens of peers with an open, established connection.
@@ -630,20 +628,14 @@ impl Node {
     /// P4: of several established connections to one peer, keep the tie-break's survivor. A
     /// lone connection is kept whoever opened it.
     fn settle_duplicates(&mut self, fab: &mut Fabric, peer: u64) {
-        if self.live_connections_to(peer) < 2 {
-            return;
-        }
-        for i in 0..self.conns.len() {
-            let c = &self.conns[i];
-            if c.state == ConnState::Open
-                && c.session.peer().map(|p| p.token) == Some(peer)
-                && c.session.survives_duplicate() == Some(false)
-            {
-                self.conns[i].session.close(CloseReason::Superseded);
-                self.flush_conn(fab, i);
-                self.conns[i].state = ConnState::Superseded;
-                fab.ep_close(self.conns[i].ep);
-            }
+        let mut losers = Vec::new();
+        engine::superseded(&self.conns, peer, &mut losers);
+        for i in losers {
+            self.conns[i].session.close(CloseReason::Superseded);
+            self.flush_conn(fab, i);
+            // Delivery is synchronous here: nothing is in flight to linger for.
+            self.conns[i].state = ConnState::Superseded;
+            fab.ep_close(self.conns[i].ep);
         }
     }
 

@@ -243,6 +243,9 @@ impl Link<CAP> for Conn {
     fn is_open(&self) -> bool {
         self.state == ConnState::Open
     }
+    fn session(&self) -> &Session<CAP> {
+        &self.session
+    }
     fn deadline_parts(&mut self) -> (&mut Session<CAP>, &mut Deadlines) {
         (&mut self.session, &mut self.deadlines)
     }
@@ -613,10 +616,7 @@ impl Node {
 
     /// Open, established connections to `peer`.
     pub fn live_connections_to(&self, peer: u64) -> usize {
-        self.conns
-            .iter()
-            .filter(|c| c.state == ConnState::Open && c.peer() == Some(peer))
-            .count()
+        engine::live_to(&self.conns, peer)
     }
 
     /// Whether this node has work in flight that needs more progress to finish: a connection
@@ -1627,23 +1627,16 @@ impl Node {
     /// P4: of several established connections to one peer, keep the tie-break's survivor. A
     /// lone connection is kept whoever opened it.
     fn settle_duplicates(&mut self, peer: u64) {
-        if self.live_connections_to(peer) < 2 {
-            return;
-        }
-        for i in 0..self.conns.len() {
-            let c = &self.conns[i];
-            if c.state == ConnState::Open
-                && c.peer() == Some(peer)
-                && c.session.survives_duplicate() == Some(false)
-            {
-                tracing::info!(
-                    peer,
-                    "duplicate connection superseded (simultaneous connect)"
-                );
-                self.conns[i].session.close(CloseReason::Superseded);
-                self.flush_conn(i);
-                self.supersede(i);
-            }
+        let mut losers = Vec::new();
+        engine::superseded(&self.conns, peer, &mut losers);
+        for i in losers {
+            tracing::info!(
+                peer,
+                "duplicate connection superseded (simultaneous connect)"
+            );
+            self.conns[i].session.close(CloseReason::Superseded);
+            self.flush_conn(i);
+            self.supersede(i);
         }
     }
 

@@ -321,12 +321,47 @@ impl Deadlines {
     }
 }
 
-/// An adapter's connection, as the deadline sweep sees it.
+/// An adapter's connection, as the engine sees it.
 pub trait Link<const CAP: usize> {
-    /// Whether the connection is in service (deadlines apply only then).
+    /// Whether the connection is in service (deadlines apply only then; superseded, closed and
+    /// failed connections are not).
     fn is_open(&self) -> bool;
+    /// Its session.
+    fn session(&self) -> &Session<CAP>;
     /// Its session and deadlines.
     fn deadline_parts(&mut self) -> (&mut Session<CAP>, &mut Deadlines);
+}
+
+/// The proven peer a connection serves, if it is open and established.
+fn serves<const CAP: usize, L: Link<CAP>>(link: &L) -> Option<u64> {
+    if link.is_open() {
+        link.session().peer().map(|p| p.token)
+    } else {
+        None
+    }
+}
+
+/// How many open, established connections serve `peer`.
+pub fn live_to<const CAP: usize, L: Link<CAP>>(links: &[L], peer: u64) -> usize {
+    links.iter().filter(|l| serves(*l) == Some(peer)).count()
+}
+
+/// P4: when a connection to `peer` has just been established, the connections to it that lose
+/// the simultaneous-connect tie-break (indices into `links`), if more than one serves it. Both
+/// sides compute the same answer from the proven tokens; a lone connection is kept whoever
+/// opened it. The adapter closes each with [`CloseReason::Superseded`] and keeps its endpoint
+/// open for the linger time (see [`AfterClose::Linger`]).
+pub fn superseded<const CAP: usize, L: Link<CAP>>(
+    links: &[L],
+    peer: u64,
+    out: &mut impl Extend<usize>,
+) {
+    if live_to(links, peer) < 2 {
+        return;
+    }
+    out.extend(links.iter().enumerate().filter_map(|(i, l)| {
+        (serves(l) == Some(peer) && l.session().survives_duplicate() == Some(false)).then_some(i)
+    }));
 }
 
 /// One deadline pass over an adapter's connections at adapter time `now_ms`: moves `clock`,
@@ -506,6 +541,69 @@ mod tests {
             Check::Expired(Expiry::Acks)
         );
         assert_eq!(Expiry::Acks.reason(), CloseReason::ProtocolError);
+    }
+
+    struct L {
+        open: bool,
+        s: Session<64>,
+        d: Deadlines,
+    }
+    impl Link<64> for L {
+        fn is_open(&self) -> bool {
+            self.open
+        }
+        fn session(&self) -> &Session<64> {
+            &self.s
+        }
+        fn deadline_parts(&mut self) -> (&mut Session<64>, &mut Deadlines) {
+            (&mut self.s, &mut self.d)
+        }
+    }
+
+    #[test]
+    fn of_two_connections_both_sides_supersede_the_same_one() {
+        extern crate std;
+        use std::vec::Vec;
+        let (ra, rb) = (Reg::new(TagLayout::DEFAULT), Reg::new(TagLayout::DEFAULT));
+        // Two connections between the same two processes: a opened one, b the other.
+        let (a1, b1) = established(&ra, &rb);
+        let (b2, a2) = {
+            let mut b = Session::new(Role::Initiator, &Identity::from_seed(&[2; 32]), rb.layout());
+            let mut a = Session::new(Role::Acceptor, &Identity::from_seed(&[1; 32]), ra.layout());
+            for _ in 0..3 {
+                pump(&mut b, &rb, &mut a);
+                pump(&mut a, &ra, &mut b);
+            }
+            (b, a)
+        };
+        let link = |s| L {
+            open: true,
+            s,
+            d: Deadlines::new(0, 0),
+        };
+        let mut at_a = [link(a1), link(a2)];
+        let at_b = [link(b1), link(b2)];
+        let (ta, tb) = (
+            Identity::from_seed(&[1; 32]).token(),
+            Identity::from_seed(&[2; 32]).token(),
+        );
+        assert_eq!(live_to(&at_a, tb), 2);
+        let (mut la, mut lb) = (Vec::new(), Vec::new());
+        superseded(&at_a, tb, &mut la);
+        superseded(&at_b, ta, &mut lb);
+        assert_eq!(la.len(), 1);
+        assert_eq!(la, lb, "both sides drop the same connection");
+        // The survivor is the one opened by the lower token.
+        let kept = 1 - la[0];
+        let opener_is_a = kept == 0;
+        assert_eq!(opener_is_a, ta < tb);
+        // Once one is out of service, a lone connection is kept.
+        at_a[la[0]].open = false;
+        assert_eq!(live_to(&at_a, tb), 1);
+        let mut none = Vec::new();
+        superseded(&at_a, tb, &mut none);
+        assert!(none.is_empty());
+        assert_eq!(live_to(&at_a, 12345), 0);
     }
 
     #[test]
