@@ -496,7 +496,7 @@ fn peer(o: &Opts) -> Result<(), String> {
                     eprintln!(
                         "peer {me}: process {i} went down ({})",
                         match (cause, reason) {
-                            (Some(e), _) => format!("endpoint: {e}"),
+                            (Some(e), _) => e.to_string(),
                             (None, Some(r)) => format!("closed: {r:?}"),
                             (None, None) => "closed".to_string(),
                         }
@@ -864,29 +864,36 @@ fn parent(o: &Opts) -> Result<(), String> {
     }
     let mut exit_failures = Vec::new();
     for (i, c) in children.iter_mut().enumerate() {
-        let status = wait_child(c, Duration::from_secs(10));
-        if Some(i) != o.kill && Some(i) != o.stop && !status {
-            exit_failures.push(i);
+        if let Err(why) = wait_child(c, Duration::from_secs(10)) {
+            if Some(i) != o.kill && Some(i) != o.stop {
+                exit_failures.push(format!("process {i}: {why}"));
+            }
         }
     }
     let reports = result?;
     if !exit_failures.is_empty() {
-        return Err(format!("processes {exit_failures:?} exited with an error"));
+        return Err(format!("not a clean exit: {}", exit_failures.join("; ")));
     }
     verdict(o, &reports)
 }
 
-fn wait_child(c: &mut Child, limit: Duration) -> bool {
+/// Waits for a child to exit; `Err` says how it did not exit cleanly.
+fn wait_child(c: &mut Child, limit: Duration) -> Result<(), String> {
     let start = Instant::now();
     loop {
         match c.try_wait() {
-            Ok(Some(s)) => return s.success(),
+            Ok(Some(s)) if s.success() => return Ok(()),
+            Ok(Some(s)) => return Err(s.to_string()),
             Ok(None) if start.elapsed() < limit => std::thread::sleep(Duration::from_millis(10)),
-            _ => {
+            Ok(None) => {
                 let _ = c.kill();
                 let _ = c.wait();
-                return false;
+                return Err(format!(
+                    "did not exit within {} s (killed)",
+                    limit.as_secs()
+                ));
             }
+            Err(e) => return Err(e.to_string()),
         }
     }
 }
@@ -1133,14 +1140,15 @@ fn verdict(o: &Opts, reports: &[Report]) -> Result<(), String> {
             problems.push(format!("{n}: {} left over (duplicated)", v[5]));
         }
     }
-    // A kill over shared memory can leave a survivor's receive queue stuck for good: UCX's
-    // FIFO has each sender reserve a slot and then fill it, and the receiver reads in order, so
-    // a sender killed in between blocks everything behind it (README, "A peer killed over
-    // shared memory"). That process hears nobody; the heartbeat cuts it off from every peer
-    // (`Liveness`) instead of letting the whole run hang. Its traffic is then checked for
-    // misdelivery and duplicates only. Anywhere else a connection the heartbeat ended is a
-    // problem.
-    let shm_kill = o.kill.is_some() && o.transport == "shm";
+    // A kill (or a SIGSTOP, for as long as it lasts) over shared memory can leave a survivor's
+    // receive queue stuck: UCX's FIFO has each sender reserve a slot and then fill it, and the
+    // receiver reads in order, so a sender killed or stopped in between blocks everything
+    // behind it (README, "A peer killed over shared memory"). That process hears nobody; the
+    // heartbeat cuts it off from every peer (`Liveness`) instead of letting the whole run hang.
+    // Its traffic is then checked for misdelivery and duplicates only. Anywhere else a
+    // connection the heartbeat ended is a problem.
+    let culprit = o.kill.or(o.stop);
+    let shm_kill = culprit.is_some() && o.transport == "shm";
     let stuck: Vec<usize> = survivors
         .iter()
         .copied()
@@ -1151,11 +1159,16 @@ fn verdict(o: &Opts, reports: &[Report]) -> Result<(), String> {
         .collect();
     for &w in &stuck {
         println!(
-            "process {w}: its shared-memory receive queue stopped when process {} was killed \
+            "process {w}: its shared-memory receive queue stopped when process {} was {} \
              mid-send (UCX's FIFO cannot recover); the heartbeat cut it off from every peer \
              ({LIVENESS_TIMEOUT_MS} ms without a PONG); its messages are checked for \
              misdelivery and duplicates only",
-            o.kill.unwrap_or_default()
+            culprit.unwrap_or_default(),
+            if o.kill.is_some() {
+                "killed"
+            } else {
+                "stopped"
+            }
         );
     }
     for &a in &survivors {
