@@ -1,0 +1,443 @@
+//! The ABI called the way C calls it: raw pointers, status codes, the last-error message.
+
+use super::*;
+use std::ptr::{null, null_mut};
+
+fn last_error() -> String {
+    let mut buf = [0 as c_char; 512];
+    // SAFETY: a 512-byte buffer.
+    let n = unsafe { tagspace_last_error(buf.as_mut_ptr(), buf.len()) };
+    // SAFETY: `copy_out` NUL-terminated it.
+    let s = unsafe { CStr::from_ptr(buf.as_ptr()) };
+    assert!(n >= s.to_bytes().len());
+    s.to_string_lossy().into_owned()
+}
+
+fn strerror(code: tagspace_status_t) -> String {
+    // SAFETY: static, NUL-terminated.
+    unsafe { CStr::from_ptr(tagspace_strerror(code)) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn private(width: u32, well_known: bool) -> *mut tagspace_registry_t {
+    let mut opts = std::mem::MaybeUninit::uninit();
+    let mut reg = null_mut();
+    // SAFETY: valid out-pointers.
+    unsafe {
+        tagspace_layout_options_init(opts.as_mut_ptr());
+        let mut opts = opts.assume_init();
+        opts.namespace_shift = 64 - width;
+        opts.namespace_width = width;
+        opts.well_known = well_known as u32;
+        assert_eq!(tagspace_registry_new(&opts, &mut reg), TAGSPACE_OK);
+    }
+    reg
+}
+
+fn register(reg: *const tagspace_registry_t, name: &CStr) -> *mut tagspace_namespace_t {
+    let mut ns = null_mut();
+    // SAFETY: valid pointers.
+    let rc = unsafe { tagspace_register(reg, name.as_ptr(), &mut ns) };
+    assert_eq!(rc, TAGSPACE_OK, "{}", last_error());
+    ns
+}
+
+fn id_of(ns: *const tagspace_namespace_t) -> u16 {
+    let mut id = 0;
+    // SAFETY: valid pointers.
+    assert_eq!(unsafe { tagspace_namespace_id(ns, &mut id) }, TAGSPACE_OK);
+    id
+}
+
+#[test]
+fn every_status_has_a_description() {
+    for code in [
+        TAGSPACE_OK,
+        TAGSPACE_ERR_NULL_ARGUMENT,
+        TAGSPACE_ERR_BAD_STRUCT_SIZE,
+        TAGSPACE_ERR_BAD_LAYOUT,
+        TAGSPACE_ERR_BAD_NAME,
+        TAGSPACE_ERR_DUPLICATE_NAME,
+        TAGSPACE_ERR_EXHAUSTED,
+        TAGSPACE_ERR_QUARANTINED,
+        TAGSPACE_ERR_ID_IN_USE,
+        TAGSPACE_ERR_RESERVED_ID,
+        TAGSPACE_ERR_WELL_KNOWN_ID,
+        TAGSPACE_ERR_VALUE_TOO_WIDE,
+        TAGSPACE_ERR_PAYLOAD_IN_NAMESPACE,
+        TAGSPACE_ERR_RESERVED_INBOX,
+        TAGSPACE_ERR_NOT_FOUND,
+        TAGSPACE_ERR_GLOBAL_IN_USE,
+        TAGSPACE_ERR_INTERNAL,
+    ] {
+        assert_ne!(strerror(code), strerror(-12345), "code {code}");
+    }
+    assert_eq!(tagspace_abi_version(), TAGSPACE_ABI_VERSION);
+    // SAFETY: static, NUL-terminated.
+    let v = unsafe { CStr::from_ptr(tagspace_version()) };
+    assert_eq!(v.to_str().unwrap(), env!("CARGO_PKG_VERSION"));
+}
+
+#[test]
+fn register_tag_and_release_through_the_abi() {
+    let reg = private(8, true);
+    let a = register(reg, c"lib.a");
+    let raft = register(reg, c"raft");
+    assert_eq!(id_of(raft), 6, "well-known ids are honoured");
+    let id = id_of(a);
+    assert!(id >= 16, "dynamic ids start at 16, got {id}");
+
+    let mut tag = 0;
+    // SAFETY: valid pointers throughout.
+    unsafe {
+        assert_eq!(tagspace_tag(a, 0x1234, &mut tag), TAGSPACE_OK);
+        assert_eq!(tag, (id as u64) << 56 | 0x1234);
+        assert_eq!(tagspace_owns(a, tag), 1);
+        assert_eq!(tagspace_owns(raft, tag), 0);
+        assert_eq!(tagspace_payload_of(a, tag), 0x1234);
+
+        // T3: never truncated; the inbox payload is reserved.
+        assert_eq!(
+            tagspace_tag(a, 1 << 60, &mut tag),
+            TAGSPACE_ERR_PAYLOAD_IN_NAMESPACE
+        );
+        assert!(
+            last_error().contains("0x1000000000000000"),
+            "{}",
+            last_error()
+        );
+        assert_eq!(
+            tagspace_tag(a, (1 << 56) - 1, &mut tag),
+            TAGSPACE_ERR_RESERVED_INBOX
+        );
+        let mut inbox = 0;
+        assert_eq!(tagspace_inbox_tag(a, &mut inbox), TAGSPACE_OK);
+        assert_eq!(inbox, (id as u64) << 56 | ((1 << 56) - 1));
+
+        let mut m = tagspace_matcher_t::default();
+        assert_eq!(tagspace_matcher_exact(a, 7, &mut m), TAGSPACE_OK);
+        assert_eq!(m.mask, u64::MAX);
+        assert_eq!(tagspace_matches(m, (id as u64) << 56 | 7), 1);
+        assert_eq!(tagspace_matcher(a, 0x100, 0xF00, &mut m), TAGSPACE_OK);
+        assert_eq!(m.mask, 0xFF00_0000_0000_0F00);
+        assert_eq!(tagspace_matches(m, (id as u64) << 56 | 0x1FF), 1);
+        assert_eq!(tagspace_matches(m, 6 << 56 | 0x1FF), 0);
+        let mut any = tagspace_matcher_t::default();
+        assert_eq!(tagspace_matcher_any(raft, &mut any), TAGSPACE_OK);
+        let mut w = 0;
+        assert_eq!(
+            tagspace_overlap(m, any, &mut w),
+            0,
+            "namespaces are disjoint"
+        );
+
+        let fi = tagspace_matcher_to_libfabric(m);
+        assert_eq!(fi.ignore, !m.mask);
+        assert_eq!(tagspace_matcher_from_libfabric(fi), m);
+
+        let mut am = 0;
+        assert_eq!(tagspace_am_id(a, 3, &mut am), TAGSPACE_OK);
+        assert_ne!(am, 0);
+        let mut back = 0;
+        assert_eq!(tagspace_am_namespace(reg, am, &mut back), TAGSPACE_OK);
+        assert_eq!(back, id);
+        assert_eq!(tagspace_am_id(a, 256, &mut am), TAGSPACE_ERR_VALUE_TOO_WIDE);
+
+        let mut name = [0 as c_char; 4];
+        assert_eq!(tagspace_namespace_name(a, name.as_mut_ptr(), name.len()), 5);
+        assert_eq!(
+            CStr::from_ptr(name.as_ptr()),
+            c"lib",
+            "truncated, NUL-terminated"
+        );
+
+        let mut d = std::mem::zeroed::<tagspace_decoded_t>();
+        assert_eq!(tagspace_decode(reg, tag, &mut d), TAGSPACE_OK);
+        assert_eq!(
+            (d.namespace_id, d.kind, d.live),
+            (id, TAGSPACE_NS_DYNAMIC, 1)
+        );
+        assert_eq!(CStr::from_ptr(d.name.as_ptr()), c"lib.a");
+
+        let mut info = tagspace_registry_info_t {
+            struct_size: std::mem::size_of::<tagspace_registry_info_t>() as u32,
+            ..Default::default()
+        };
+        assert_eq!(tagspace_registry_info(reg, &mut info), TAGSPACE_OK);
+        assert_eq!(
+            (info.live, info.capacity, info.am_ids_per_namespace),
+            (2, 256, 256)
+        );
+        let epoch = info.epoch;
+
+        tagspace_release(a);
+        assert_eq!(tagspace_registry_info(reg, &mut info), TAGSPACE_OK);
+        assert_eq!(info.live, 1);
+        assert_ne!(info.epoch, epoch);
+        assert_eq!(tagspace_decode(reg, tag, &mut d), TAGSPACE_OK);
+        assert_eq!(d.live, 0);
+        tagspace_release(raft);
+        tagspace_registry_free(reg);
+    }
+}
+
+#[test]
+fn a_private_registry_outlives_its_handle_while_a_namespace_holds_it() {
+    let reg = private(8, false);
+    let ns = register(reg, c"x");
+    // SAFETY: valid pointers; `ns` keeps the registry alive after the handle is freed.
+    unsafe {
+        tagspace_registry_free(reg);
+        let mut tag = 0;
+        assert_eq!(tagspace_tag(ns, 1, &mut tag), TAGSPACE_OK);
+        assert_eq!(
+            tag >> 56,
+            2,
+            "without well-known ids, dynamic ids start at 2"
+        );
+        tagspace_release(ns);
+    }
+}
+
+#[test]
+fn bad_arguments_get_a_code_and_a_message_naming_them() {
+    let reg = private(8, true);
+    let mut ns = null_mut();
+    let mut tag = 0;
+    // SAFETY: every pointer is NULL or valid; the calls must refuse the NULL ones.
+    unsafe {
+        assert_eq!(
+            tagspace_register(null(), c"a".as_ptr(), &mut ns),
+            TAGSPACE_ERR_NULL_ARGUMENT
+        );
+        assert!(last_error().contains("`reg`"), "{}", last_error());
+        assert_eq!(
+            tagspace_register(reg, null(), &mut ns),
+            TAGSPACE_ERR_NULL_ARGUMENT
+        );
+        assert!(last_error().contains("`name`"));
+        assert!(ns.is_null());
+        assert_eq!(
+            tagspace_register(reg, c"ok".as_ptr(), null_mut()),
+            TAGSPACE_ERR_NULL_ARGUMENT
+        );
+        assert_eq!(
+            tagspace_register(reg, c"".as_ptr(), &mut ns),
+            TAGSPACE_ERR_BAD_NAME
+        );
+        assert_eq!(
+            tagspace_register(reg, c"a b".as_ptr(), &mut ns),
+            TAGSPACE_ERR_BAD_NAME
+        );
+        assert_eq!(
+            tagspace_register(reg, c"\xff\xfe".as_ptr(), &mut ns),
+            TAGSPACE_ERR_BAD_NAME
+        );
+        // An unterminated name is read no further than 65 bytes.
+        let long = [b'x' as c_char; 65];
+        assert_eq!(
+            tagspace_register(reg, long.as_ptr(), &mut ns),
+            TAGSPACE_ERR_BAD_NAME
+        );
+        assert!(last_error().contains("longer than 64"), "{}", last_error());
+        let a = register(reg, c"dup");
+        assert_eq!(
+            tagspace_register(reg, c"dup".as_ptr(), &mut ns),
+            TAGSPACE_ERR_DUPLICATE_NAME
+        );
+        assert!(ns.is_null());
+        assert_eq!(
+            tagspace_register_at(reg, c"s".as_ptr(), 0, &mut ns),
+            TAGSPACE_ERR_RESERVED_ID
+        );
+        assert_eq!(
+            tagspace_register_at(reg, c"s".as_ptr(), 1, &mut ns),
+            TAGSPACE_ERR_RESERVED_ID
+        );
+        assert_eq!(
+            tagspace_register_at(reg, c"raft".as_ptr(), 40, &mut ns),
+            TAGSPACE_ERR_WELL_KNOWN_ID
+        );
+        assert!(last_error().contains('6'), "{}", last_error());
+        let s = {
+            assert_eq!(
+                tagspace_register_at(reg, c"s".as_ptr(), 40, &mut ns),
+                TAGSPACE_OK
+            );
+            ns
+        };
+        assert_eq!(
+            tagspace_register_at(reg, c"t".as_ptr(), 40, &mut ns),
+            TAGSPACE_ERR_ID_IN_USE
+        );
+        assert_eq!(
+            tagspace_tag(null(), 1, &mut tag),
+            TAGSPACE_ERR_NULL_ARGUMENT
+        );
+        assert_eq!(tagspace_tag(a, 1, null_mut()), TAGSPACE_ERR_NULL_ARGUMENT);
+        assert!(last_error().contains("`tag`"));
+        assert_eq!(tagspace_owns(null(), 0), 0);
+
+        let mut info = tagspace_registry_info_t::default();
+        assert_eq!(
+            tagspace_registry_info(reg, &mut info),
+            TAGSPACE_ERR_BAD_STRUCT_SIZE
+        );
+        // An older caller's smaller struct gets only the fields it knows.
+        let mut old = [0u32; 4];
+        old[0] = 16;
+        assert_eq!(
+            tagspace_registry_info(reg, old.as_mut_ptr().cast()),
+            TAGSPACE_OK
+        );
+        assert_eq!(old, [16, 56, 8, 256]);
+
+        let mut opts = std::mem::zeroed::<tagspace_layout_options_t>();
+        let mut r2 = null_mut();
+        assert_eq!(
+            tagspace_registry_new(&opts, &mut r2),
+            TAGSPACE_ERR_BAD_STRUCT_SIZE
+        );
+        assert!(last_error().contains("tagspace_layout_options_init"));
+        tagspace_layout_options_init(&mut opts);
+        opts.namespace_width = 5;
+        opts.namespace_shift = 59;
+        assert_eq!(
+            tagspace_registry_new(&opts, &mut r2),
+            TAGSPACE_ERR_BAD_LAYOUT
+        );
+        opts.namespace_width = 8;
+        opts.namespace_shift = 60;
+        assert_eq!(
+            tagspace_registry_new(&opts, &mut r2),
+            TAGSPACE_ERR_BAD_LAYOUT
+        );
+        assert!(last_error().contains("past bit 63"), "{}", last_error());
+        assert!(r2.is_null());
+
+        let mut id = 0;
+        assert_eq!(
+            tagspace_well_known_id(c"ucc".as_ptr(), &mut id),
+            TAGSPACE_OK
+        );
+        assert_eq!(id, 8);
+        assert_eq!(
+            tagspace_well_known_id(c"nope".as_ptr(), &mut id),
+            TAGSPACE_ERR_NOT_FOUND
+        );
+        assert_eq!(CStr::from_ptr(tagspace_well_known_name(8)), c"ucc");
+        assert!(tagspace_well_known_name(200).is_null());
+
+        tagspace_release(a);
+        tagspace_release(s);
+        tagspace_release(null_mut());
+        tagspace_registry_free(reg);
+        tagspace_registry_free(null_mut());
+    }
+}
+
+#[test]
+fn foreign_patterns_are_checked_against_every_managed_id() {
+    let reg = private(8, true);
+    let mut ids = [0u16; 4];
+    let mut n = 0;
+    // SAFETY: valid pointers.
+    unsafe {
+        // RAFT's `(tag << 31) | rank`: the top 32 bits are zero.
+        let raft = tagspace_matcher_t {
+            tag: 0,
+            mask: 0xFFFF_FFFF_0000_0000,
+        };
+        assert_eq!(
+            tagspace_check_foreign(reg, raft, ids.as_mut_ptr(), ids.len(), &mut n),
+            TAGSPACE_OK
+        );
+        assert_eq!(n, 0);
+        // ucxx's hashed tags: any 64-bit value.
+        let random = tagspace_matcher_t { tag: 0, mask: 0 };
+        assert_eq!(
+            tagspace_check_foreign(reg, random, ids.as_mut_ptr(), ids.len(), &mut n),
+            TAGSPACE_OK
+        );
+        assert_eq!(n, 255);
+        assert_eq!(ids, [1, 2, 3, 4]);
+        assert_eq!(
+            tagspace_check_foreign(reg, random, null_mut(), 0, &mut n),
+            TAGSPACE_OK
+        );
+        assert_eq!(n, 255);
+        tagspace_registry_free(reg);
+    }
+}
+
+#[test]
+fn the_global_registry_is_shared_and_its_layout_fixed_once() {
+    let mut g1 = null_mut();
+    let mut g2 = null_mut();
+    // SAFETY: valid pointers.
+    unsafe {
+        let mut opts = std::mem::zeroed();
+        tagspace_layout_options_init(&mut opts);
+        assert_eq!(tagspace_registry_init_global(&opts, &mut g1), TAGSPACE_OK);
+        assert_eq!(tagspace_registry_global(&mut g2), TAGSPACE_OK);
+        let ns = register(g1, c"capi.test.global");
+        let mut d = std::mem::zeroed::<tagspace_decoded_t>();
+        let mut tag = 0;
+        assert_eq!(tagspace_tag(ns, 9, &mut tag), TAGSPACE_OK);
+        assert_eq!(tagspace_decode(g2, tag, &mut d), TAGSPACE_OK);
+        assert_eq!(CStr::from_ptr(d.name.as_ptr()), c"capi.test.global");
+        opts.namespace_width = 9;
+        opts.namespace_shift = 55;
+        let mut g3 = null_mut();
+        assert_eq!(
+            tagspace_registry_init_global(&opts, &mut g3),
+            TAGSPACE_ERR_GLOBAL_IN_USE
+        );
+        assert!(g3.is_null());
+        tagspace_release(ns);
+        tagspace_registry_free(g1);
+        tagspace_registry_free(g2);
+    }
+}
+
+#[test]
+fn a_panic_is_caught_at_the_boundary() {
+    let prev = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let rc = guard(|| panic!("boom"));
+    std::panic::set_hook(prev);
+    assert_eq!(rc, TAGSPACE_ERR_INTERNAL);
+    assert!(last_error().contains("boom"), "{}", last_error());
+}
+
+#[test]
+fn namespaces_are_registered_and_used_from_many_threads() {
+    let reg = private(8, true);
+    struct Send(*mut tagspace_registry_t);
+    // SAFETY: the ABI promises registry handles may be shared between threads.
+    unsafe impl std::marker::Send for Send {}
+    unsafe impl Sync for Send {}
+    let shared = Send(reg);
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let shared = &shared;
+            s.spawn(move || {
+                for i in 0..200 {
+                    let name = CString::new(format!("t{t}.{i}")).unwrap();
+                    let ns = register(shared.0, &name);
+                    let id = id_of(ns);
+                    let mut tag = 0;
+                    // SAFETY: valid pointers; `ns` is this thread's.
+                    unsafe {
+                        assert_eq!(tagspace_tag(ns, i, &mut tag), TAGSPACE_OK);
+                        assert_eq!(tag, (id as u64) << 56 | i);
+                        tagspace_release(ns);
+                    }
+                }
+            });
+        }
+    });
+    // SAFETY: valid handle, no other users left.
+    unsafe { tagspace_registry_free(reg) };
+}

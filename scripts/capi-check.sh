@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The C ABI as a host author meets it: install it under a scratch prefix, build the C and C++
+# hosts with the system compilers through pkg-config (tagspace's and the system UCX's), and run
+# them as real processes over TCP and shared memory; link once statically too. Also checks what
+# the shared library promises: a soname, no rpath, no UCX of its own, and every function of the
+# header exported. Ends with the data-path benchmark (capi/c/bench.c) as a smoke run; the full
+# run, over shared memory and TCP:  CAPI_BENCH=full scripts/capi-check.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+work=$(mktemp -d /tmp/tagspace-capi.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+scripts/install-capi.sh "$work/prefix"
+export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+lib="$work/prefix/lib/libtagspace.so.1"
+
+echo "--- the shared library"
+dyn=$(readelf -d "$lib")
+grep -q 'SONAME.*libtagspace.so.1' <<<"$dyn" || { echo "no soname libtagspace.so.1"; exit 1; }
+if grep -Eq 'RPATH|RUNPATH' <<<"$dyn"; then echo "libtagspace carries an rpath"; exit 1; fi
+if grep -q 'NEEDED.*libuc' <<<"$dyn"; then echo "libtagspace links UCX itself"; exit 1; fi
+declared=$(grep -oE '\btagspace_[a-z_]+\(' capi/include/tagspace.h | tr -d '(' | sort -u)
+exported=$(nm -D --defined-only "$lib" | awk '{print $3}' | grep '^tagspace_' | sort -u)
+missing=$(comm -23 <(echo "$declared") <(echo "$exported"))
+[ -z "$missing" ] || { echo "declared in tagspace.h but not exported: $missing"; exit 1; }
+echo "soname libtagspace.so.1, no rpath, no UCX; $(wc -l <<<"$declared") functions exported"
+
+echo "--- the headers compile on their own (C99 and C11 pedantic, C++17)"
+for std in c99 c11; do
+  echo '#include <tagspace.h>' | cc -std=$std -pedantic -Wall -Wextra -Werror \
+    $(pkg-config --cflags tagspace) -x c -c - -o /dev/null
+done
+echo '#include <tagspace.hpp>' | c++ -std=c++17 -pedantic -Wall -Wextra -Werror \
+  $(pkg-config --cflags tagspace) -x c++ -c - -o /dev/null
+
+echo "--- build the hosts (system compilers, system UCX $(pkg-config --modversion ucx))"
+cc -std=c11 -O2 -Wall -Wextra -Werror capi/c/host.c -o "$work/c-host" \
+  $(pkg-config --cflags --libs tagspace ucx)
+cc -std=c11 -O2 -Wall -Wextra -Werror capi/c/bench.c -o "$work/c-bench" \
+  $(pkg-config --cflags --libs tagspace ucx)
+c++ -std=c++17 -O2 -Wall -Wextra -Werror -pedantic capi/c/host.cpp -o "$work/cpp-host" \
+  $(pkg-config --cflags --libs tagspace ucx)
+# Static: libtagspace.a and what it needs (Libs.private), UCX still the system's shared one.
+cc -std=c11 -O2 -Wall -Wextra -Werror capi/c/host.c -o "$work/c-host-static" \
+  $(pkg-config --cflags tagspace) "$work/prefix/lib/libtagspace.a" \
+  $(pkg-config --libs ucx) $(pkg-config --libs-only-l --static tagspace | sed 's/-ltagspace//')
+if ldd "$work/c-host-static" | grep -q libtagspace; then echo "static host loads libtagspace.so"; exit 1; fi
+
+echo "--- run them"
+export LD_LIBRARY_PATH="$work/prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+run() { echo "+ $*"; timeout 300 "$@"; }
+run env UCX_TLS=tcp "$work/c-host" --procs 2 --rounds 300
+run env UCX_TLS=shm,self "$work/c-host" --procs 4 --rounds 300
+run "$work/c-host" --procs 3 --rounds 200
+run env UCX_TLS=tcp "$work/cpp-host" --rounds 300
+run env UCX_TLS=shm,self "$work/cpp-host" --rounds 300
+run env UCX_TLS=shm,self "$work/c-host-static" --procs 2 --rounds 100
+# The host's UCX is whichever libucp the host loads: the same binaries against UCX 1.22 (PyPI's
+# libucx-cu12 wheel), built against the system's 1.13 headers.
+wheel=$(scripts/ucx-lib.sh wheel)
+run env LD_LIBRARY_PATH="$wheel:$LD_LIBRARY_PATH" UCX_TLS=shm,self "$work/c-host" --procs 4 --rounds 200
+run env LD_LIBRARY_PATH="$wheel:$LD_LIBRARY_PATH" UCX_TLS=tcp "$work/cpp-host" --rounds 200
+echo "--- data-path benchmark (ratios against raw libucp in the same run)"
+if [ "${CAPI_BENCH:-quick}" = full ]; then
+  for tls in shm,self tcp; do run env UCX_TLS=$tls "$work/c-bench"; done
+else
+  run env UCX_TLS=shm,self "$work/c-bench" --quick
+fi
+echo "C ABI checks passed"
