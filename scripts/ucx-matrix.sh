@@ -9,6 +9,12 @@ versions=("$@")
 [ ${#versions[@]} -gt 0 ] || versions=(bundled system wheel)
 cargo build --release -q -p tagspace-ucx --bin tagspace-demo
 cargo test -q -p tagspace-ucx --test multiprocess --no-run 2>/dev/null
+# Host mode (a host's worker and endpoints, adapter-ucx/tests/host_mode.rs) runs in the test
+# process itself, so its binary is started with each UCX on the loader path; its MULTI-worker
+# test needs a UCX built with thread support (1.13.1 and 1.22 here, not the bundled 1.12.1).
+host_bin=$(cargo test -p tagspace-ucx --test host_mode --no-run 2>&1 \
+  | sed -n 's/.*Executable tests\/host_mode.rs (\(.*\))/\1/p')
+[ -x "$host_bin" ] || { echo "ucx-matrix: host_mode test binary not found"; exit 1; }
 for v in "${versions[@]}"; do
   lib=$(scripts/ucx-lib.sh "$v")
   echo
@@ -28,6 +34,13 @@ for v in "${versions[@]}"; do
   TAGSPACE_DEMO_UCX_LIB=$lib TAGSPACE_DEMO_UCX_VERSION=$loaded \
     cargo test -q -p tagspace-ucx --test multiprocess 2>&1 | grep -E "^test result|FAILED|panicked" 
   [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "multi-process tests failed with UCX $loaded"; exit 1; }
+  echo "-- host-mode tests with UCX $loaded"
+  if [ -n "$lib" ]; then
+    LD_LIBRARY_PATH=$lib "$host_bin" --nocapture 2>&1 | grep -E "^test result|FAILED|panicked|not run"
+  else
+    env -u LD_LIBRARY_PATH "$host_bin" --nocapture 2>&1 | grep -E "^test result|FAILED|panicked|not run"
+  fi
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "host-mode tests failed with UCX $loaded"; exit 1; }
 done
 echo
 echo "UCX matrix passed: ${versions[*]}"

@@ -18,9 +18,19 @@
 //!
 //! Progress is explicit: call [`Node::progress`] (polling) or [`Node::wait`] (blocks on the
 //! worker's event fd) from the thread that owns the node.
+//!
+//! Host mode ([`Node::adopt`]): the node runs on a worker and endpoints a runtime already owns
+//! (ucxx's, a C++ engine's). It never closes or destroys them; the host attaches each endpoint
+//! ([`Node::attach`]), reports failures ([`Node::peer_failed`]) and may keep progressing the
+//! worker itself ([`HostProgress::Host`]). Coexistence rules there: tagspace sets AM handlers
+//! only on its namespaces' ids (never AM id 0, never the whole-table guard), posts no receive
+//! and no removing probe with a partial mask over tags it does not own (withdrawal acks get one
+//! exact receive each; the stray sweep is off; only ids tagspace itself withdrew are drained),
+//! and keeps full masks on its data receives.
 
 use crate::ucp::{
-    Completion, Config, Endpoint, EpKey, Listener, Request, Started, TagInfo, UcxError, Worker,
+    Completion, Config, Endpoint, EpKey, Listener, Request, Started, Status, TagInfo, ThreadMode,
+    UcxError, Worker,
 };
 use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
@@ -37,6 +47,9 @@ use tagspace_core::session::{Event, Phase, Session, SessionError};
 use tagspace_core::wellknown::CONTROL_ID;
 use tagspace_core::wire::{self, CloseReason, Role, MAX_FRAME_LEN};
 use tagspace_core::{Namespace, Registry, TagLayout};
+use ucx1_sys as sys;
+
+pub use tagspace_core::wire::Role as Side;
 
 /// Registry capacity (the process-wide registry's).
 pub const CAP: usize = 256;
@@ -73,6 +86,10 @@ pub const EARLY_FRAMES_MAX: usize = 64;
 /// The bytes of control frames that may wait for wire-up on one connection (see
 /// [`EARLY_FRAMES_MAX`]).
 pub const EARLY_BYTES_MAX: usize = 64 * 1024;
+/// Host mode: control frames kept for endpoints the host has not attached yet (a peer's HELLO
+/// can come before the host attaches its side), oldest dropped first; together at most
+/// [`EARLY_BYTES_MAX`] bytes.
+pub const UNATTACHED_FRAMES_MAX: usize = 256;
 // The connection deadlines are the core engine's (the mock node runs the same code).
 pub use tagspace_core::engine::{
     Liveness, ACK_TIMEOUT_MS, HANDSHAKE_TIMEOUT_MS, LIVENESS_TICK_MAX_MS,
@@ -180,6 +197,10 @@ pub struct NodeStats {
     pub heartbeats_received: u64,
     /// Connections closed because a PING went unanswered for [`Liveness::timeout_ms`].
     pub liveness_timeouts: u64,
+    /// Host mode: control frames that came on an endpoint the host had not attached, and were
+    /// dropped because more such frames waited than [`UNATTACHED_FRAMES_MAX`] /
+    /// [`EARLY_BYTES_MAX`] allow.
+    pub unattached_dropped: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -379,6 +400,29 @@ pub fn fresh_identity() -> Arc<Identity> {
     Arc::new(Identity::from_seed(&seed))
 }
 
+/// Who calls `ucp_worker_progress` on a worker a host owns ([`Node::adopt`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostProgress {
+    /// The host does (ucxx's progress thread, an asyncio loop, RAFT's thread): the node's
+    /// [`progress`](Node::progress) only handles what UCX queued for it. On a
+    /// `UCS_THREAD_MODE_MULTI` worker the host may progress from any thread.
+    Host,
+    /// The node does, in [`progress`](Node::progress) (the host never progresses it itself,
+    /// or does so only on the node's thread).
+    Node,
+}
+
+/// What a node in host mode found on the host's worker ([`Node::host`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostInfo {
+    /// The worker's thread mode.
+    pub thread_mode: ThreadMode,
+    /// The UCX library loaded in the process (the host's).
+    pub ucx_version: (u32, u32, u32),
+    /// Who progresses the worker.
+    pub progress: HostProgress,
+}
+
 /// tagspace on one UCP worker.
 pub struct Node {
     registry: &'static Registry<CAP>,
@@ -424,6 +468,14 @@ pub struct Node {
     /// Ids this node's sessions are done with (confirmed withdrawals, ended connections): each
     /// is drained of what arrived for it if it is quarantined, then unpinned (R7).
     unpin_pending: Vec<u16>,
+    /// `Some` on a worker a host owns ([`Node::adopt`]).
+    host: Option<HostInfo>,
+    /// Host mode: one exact receive per awaited withdrawal-ack tag (no wildcard over the
+    /// control namespace, where a host library's random tags may fall).
+    ack_exact: HashMap<u64, Request>,
+    /// Host mode: control frames from endpoints not attached yet, oldest first.
+    unattached: VecDeque<(EpKey, Vec<u8>)>,
+    unattached_bytes: usize,
 }
 
 impl Node {
@@ -439,11 +491,89 @@ impl Node {
         registry: &'static Registry<CAP>,
     ) -> Result<Node, NodeError> {
         let worker = Worker::new(&cfg.ucx)?;
-        let layout = registry.layout();
-        let control_am = (CONTROL_ID as u32 * layout.am_ids_per_namespace()) as u16;
         // No AM id may be left without a handler: on UCX 1.12/1.13 an AM on such an id can
         // crash the process (see `Worker::guard_am_ids`).
         worker.guard_am_ids()?;
+        Node::build(worker, cfg, registry, None)
+    }
+
+    /// A node on a worker a host created and owns (host mode), on the process-wide registry.
+    /// See [`adopt_with_registry`](Self::adopt_with_registry).
+    ///
+    /// # Safety
+    /// As for [`Worker::adopt`]: `worker` is live, has the tag and AM features, and outlives
+    /// the node; the host destroys it only after dropping the node.
+    pub unsafe fn adopt(
+        worker: sys::ucp_worker_h,
+        cfg: NodeConfig,
+        progress: HostProgress,
+    ) -> Result<Node, NodeError> {
+        // SAFETY: the caller's promise.
+        unsafe { Node::adopt_with_registry(worker, cfg, progress, tagspace_core::global()) }
+    }
+
+    /// A node on a worker a host owns: tagspace never destroys the worker nor closes the
+    /// host's endpoints; it sets AM handlers only on its own namespaces' ids (the control id,
+    /// and ids libraries listen on) and removes them when the node goes. `cfg.ucx` is not used
+    /// (the host configured UCX), and `cfg.listen` must be `None`: the host accepts or creates
+    /// endpoints and [`attach`](Self::attach)es them. The worker's thread mode and the UCX
+    /// version are checked (UCX ≥ 1.12, the API these bindings were made from) and reported
+    /// by [`host`](Self::host).
+    ///
+    /// What the host must do: attach each endpoint tagspace may use, with the [`Side`] it
+    /// played; call [`peer_failed`](Self::peer_failed) from its endpoint error handler (or
+    /// when it learns a peer failed) and [`detach`](Self::detach) before closing an endpoint
+    /// itself; drop the node (after [`shutdown`](Self::shutdown)) before destroying the
+    /// worker. With [`HostProgress::Host`] it keeps progressing the worker; either way
+    /// [`progress`](Self::progress) must still be called (it handles what arrived).
+    ///
+    /// UCX 1.12–1.16: a host whose AM handler table has gaps is exposed to the AM-id crash of
+    /// [`Worker::guard_am_ids`] whether tagspace is there or not; tagspace does not install
+    /// the guard on a host's worker (it would replace the host's handlers).
+    ///
+    /// # Safety
+    /// As for [`Worker::adopt`].
+    pub unsafe fn adopt_with_registry(
+        worker: sys::ucp_worker_h,
+        cfg: NodeConfig,
+        progress: HostProgress,
+        registry: &'static Registry<CAP>,
+    ) -> Result<Node, NodeError> {
+        if worker.is_null() {
+            return Err(NodeError::Usage("the host's worker handle is NULL"));
+        }
+        if cfg.listen.is_some() {
+            return Err(NodeError::Usage(
+                "a node on a host's worker has no listener of its own: set NodeConfig::listen \
+                 to None and attach the host's endpoints",
+            ));
+        }
+        let ucx_version = crate::ucp::ucx_version();
+        if ucx_version.0 != 1 || ucx_version.1 < 12 {
+            return Err(NodeError::Usage(
+                "the loaded UCX is older than 1.12 (tagspace's bindings need its API)",
+            ));
+        }
+        // SAFETY: the caller's promise.
+        let worker = unsafe { Worker::adopt(worker) };
+        let thread_mode = worker.thread_mode()?;
+        let info = HostInfo {
+            thread_mode,
+            ucx_version,
+            progress,
+        };
+        tracing::info!(?info, "tagspace on a host's worker");
+        Node::build(worker, cfg, registry, Some(info))
+    }
+
+    fn build(
+        worker: Worker,
+        cfg: NodeConfig,
+        registry: &'static Registry<CAP>,
+        host: Option<HostInfo>,
+    ) -> Result<Node, NodeError> {
+        let layout = registry.layout();
+        let control_am = (CONTROL_ID as u32 * layout.am_ids_per_namespace()) as u16;
         worker.set_am_handler(control_am)?;
         let listener = match cfg.listen {
             Some(a) => Some(worker.listen(a)?),
@@ -479,9 +609,15 @@ impl Node {
             buf: vec![0; MAX_FRAME_LEN],
             ack_recv: None,
             unpin_pending: Vec::new(),
+            host,
+            ack_exact: HashMap::new(),
+            unattached: VecDeque::new(),
+            unattached_bytes: 0,
         };
         let mut node = node;
-        node.post_ack_recv()?;
+        if node.host.is_none() {
+            node.post_ack_recv()?;
+        }
         tracing::info!(token = node.token, addr = ?node.listen_addr().ok(), "tagspace node up");
         Ok(node)
     }
@@ -693,6 +829,132 @@ impl Node {
         if let ConnState::Down(Some(e)) = state {
             self.fail_ep(self.conns.len() - 1, e);
         }
+    }
+
+    /// Host mode: what the node found on the host's worker; `None` on a worker of its own.
+    pub fn host(&self) -> Option<HostInfo> {
+        self.host
+    }
+
+    /// Host mode: lets tagspace use the host's endpoint `ep` to one peer. The handshake runs
+    /// in [`progress`](Self::progress); the peer's libraries appear as it completes
+    /// ([`PeerEvent::Up`]). `side`: [`Side::Initiator`] if this process created the endpoint
+    /// to the peer's listener, [`Side::Acceptor`] if it came from a connection request. For
+    /// endpoints both processes created from each other's worker address (one UCX connection
+    /// for the pair), the two must pass different sides: e.g. the lower rank `Initiator`.
+    /// Control frames the peer sent before this call were kept (at most
+    /// [`UNATTACHED_FRAMES_MAX`]) and are handled now.
+    ///
+    /// # Safety
+    /// `ep` must be a live endpoint on this node's worker, and stay live until
+    /// [`detach`](Self::detach) returns or the node is dropped.
+    pub unsafe fn attach(&mut self, ep: sys::ucp_ep_h, side: Side) -> Result<(), NodeError> {
+        if self.host.is_none() {
+            return Err(NodeError::Usage(
+                "attach is for a node on a host's worker (Node::adopt); use connect",
+            ));
+        }
+        if ep.is_null() {
+            return Err(NodeError::Usage("the host's endpoint handle is NULL"));
+        }
+        let key = EpKey::of(ep);
+        if self.conns.iter().any(|c| c.key == key && c.ep.is_some())
+            || self.closing.iter().any(|c| c.key == key)
+        {
+            return Err(NodeError::Usage("this endpoint is already attached"));
+        }
+        // SAFETY: the caller's promise.
+        let ep = unsafe { Endpoint::borrow(&self.worker, ep) };
+        self.add_conn(ep, side);
+        let mut early = Vec::new();
+        self.unattached.retain(|(k, f)| {
+            if *k == key {
+                early.push(f.clone());
+            }
+            *k != key
+        });
+        for f in early {
+            self.unattached_bytes -= f.len();
+            self.on_control(key, &f);
+        }
+        self.reindex();
+        Ok(())
+    }
+
+    /// Host mode: stops using the host's endpoint `ep`. The peer is told (an orderly CLOSE,
+    /// sent on `ep` before this returns: close the endpoint in order, not forced, for the peer
+    /// to see it), libraries hear [`PeerEvent::Down`] if it was the peer's last connection, and
+    /// sends still in flight on it end with [`NodeError::PeerDown`] (their buffers stay parked
+    /// until UCX ends them). tagspace makes no UCX call on `ep` after this returns.
+    pub fn detach(&mut self, ep: sys::ucp_ep_h) -> Result<(), NodeError> {
+        let key = EpKey::of(ep);
+        let detached = UcxError {
+            op: "endpoint detached by the host",
+            status: Status::CANCELED,
+        };
+        if let Some(i) = self
+            .conns
+            .iter()
+            .position(|c| c.key == key && c.ep.is_some())
+        {
+            match self.conns[i].state {
+                ConnState::Open => self.cut_off(i, Some(CloseReason::Normal)),
+                _ => self.retire_ep(i),
+            }
+        } else if !self.closing.iter().any(|c| c.key == key) {
+            return Err(NodeError::Usage("this endpoint is not attached"));
+        }
+        if let Some(j) = self.closing.iter().position(|c| c.key == key) {
+            let c = self.closing.swap_remove(j);
+            self.abandon_ep(c.key, c.ep, c.waits, c.peer, detached);
+        }
+        self.forget_unattached(key);
+        self.reindex();
+        Ok(())
+    }
+
+    /// Host mode: the host's endpoint `ep` failed with UCX status `status` (what its error
+    /// handler was given). Handled as tagspace's own error handler would be (D3): operations
+    /// on it fail, the peer goes down if this was its last connection. tagspace makes no
+    /// further UCX call on `ep`, and never closes it: the host does. An endpoint that is not
+    /// attached is ignored.
+    pub fn peer_failed(&mut self, ep: sys::ucp_ep_h, status: i8) {
+        let key = EpKey::of(ep);
+        let status = match Status::from_code(status) {
+            s if s.is_ok() => Status::from_code(-25), // a "failure" without a cause: reset
+            s => s,
+        };
+        self.forget_unattached(key);
+        self.worker.report_ep_error(key, status);
+    }
+
+    fn forget_unattached(&mut self, key: EpKey) {
+        let bytes = &mut self.unattached_bytes;
+        self.unattached.retain(|(k, f)| {
+            if *k == key {
+                *bytes -= f.len();
+            }
+            *k != key
+        });
+    }
+
+    /// Host mode: keeps a control frame from an endpoint not attached yet, within bounds.
+    fn keep_unattached(&mut self, key: EpKey, bytes: &[u8]) {
+        while !self.unattached.is_empty()
+            && (self.unattached.len() >= UNATTACHED_FRAMES_MAX
+                || self.unattached_bytes + bytes.len() > EARLY_BYTES_MAX)
+        {
+            if let Some((_, f)) = self.unattached.pop_front() {
+                self.unattached_bytes -= f.len();
+                self.stats.unattached_dropped += 1;
+            }
+        }
+        if bytes.len() > EARLY_BYTES_MAX {
+            self.stats.unattached_dropped += 1;
+            return;
+        }
+        self.unattached_bytes += bytes.len();
+        self.unattached.push_back((key, bytes.to_vec()));
     }
 
     /// Hostile-peer hook for tests: sends raw bytes as a control frame to `peer`.
@@ -1145,7 +1407,16 @@ impl Node {
     pub fn progress(&mut self) -> bool {
         // Bounded (D4): under a flood UCX always has more to do; the rest waits for the next
         // call, after tagspace has handled what arrived.
-        let mut busy = self.worker.progress_up_to(UCX_PROGRESS_PER_CALL) > 0;
+        let mut busy = match self.host {
+            Some(HostInfo {
+                progress: HostProgress::Host,
+                ..
+            }) => {
+                self.worker.reap();
+                false
+            }
+            _ => self.worker.progress_up_to(UCX_PROGRESS_PER_CALL) > 0,
+        };
         while let Some(accepted) = self.listener.as_ref().and_then(Listener::accept) {
             busy = true;
             match accepted {
@@ -1172,6 +1443,9 @@ impl Node {
         }
         busy |= self.take_ack_tags();
         busy |= self.flush();
+        if self.host.is_some() {
+            busy |= self.sync_ack_recvs();
+        }
         busy |= self.release_confirmed();
         let ids: Vec<OpId> = self
             .ops
@@ -1197,6 +1471,11 @@ impl Node {
             self.forget_closed();
         }
         let now = self.clock.now_ms();
+        if self.host.is_some() {
+            // Coexistence: the host's libraries own every tag tagspace does not; nothing is
+            // swept out of the host's queue.
+            return busy;
+        }
         if self
             .last_drain_ms
             .is_none_or(|t| now >= t + DRAIN_INTERVAL_MS)
@@ -1218,6 +1497,12 @@ impl Node {
     pub fn wait(&mut self, timeout_ms: i32) -> Result<bool, NodeError> {
         if self.progress() {
             return Ok(true);
+        }
+        if matches!(self.host, Some(h) if h.progress == HostProgress::Host) {
+            return Err(NodeError::Usage(
+                "the host progresses this worker (HostProgress::Host): arming its event fd \
+                 here would race the host's; call progress instead",
+            ));
         }
         self.worker.wait(timeout_ms)?;
         Ok(self.progress())
@@ -1479,6 +1764,11 @@ impl Node {
             .iter()
             .position(|c| c.key == key && c.ep.is_some())
         else {
+            if self.host.is_some() {
+                // The host may attach this endpoint later: keep the frame (bounded).
+                self.keep_unattached(key, bytes);
+                return;
+            }
             tracing::warn!("control frame from an unknown endpoint dropped");
             return;
         };
@@ -1790,6 +2080,9 @@ impl Node {
     /// Takes the acknowledgement tags that arrived (at most [`ACKS_PER_CALL`]) and hands each
     /// to the session it belongs to. Returns whether any came.
     fn take_ack_tags(&mut self) -> bool {
+        if self.host.is_some() {
+            return self.take_exact_acks();
+        }
         let mut any = false;
         for _ in 0..ACKS_PER_CALL {
             let Some(done) = self.ack_recv.as_mut().and_then(Request::test) else {
@@ -1811,6 +2104,63 @@ impl Node {
         any
     }
 
+    /// Host mode: hands the exact ack receives that completed to their sessions.
+    fn take_exact_acks(&mut self) -> bool {
+        let mut done = Vec::new();
+        for (&tag, req) in self.ack_exact.iter_mut() {
+            if let Some(r) = req.test() {
+                done.push((tag, r.is_ok()));
+            }
+        }
+        for &(tag, ok) in &done {
+            self.ack_exact.remove(&tag);
+            if ok {
+                self.on_ack_tag(tag);
+            }
+        }
+        !done.is_empty()
+    }
+
+    /// Host mode: one exact receive per ack tag some session waits for; receives nobody waits
+    /// for any more are cancelled. Returns whether it changed anything.
+    fn sync_ack_recvs(&mut self) -> bool {
+        let awaiting = self
+            .conns
+            .iter()
+            .any(|c| c.ep.is_some() && c.session.awaiting_acks() > 0);
+        if !awaiting && self.ack_exact.is_empty() {
+            return false;
+        }
+        let layout = *self.registry.layout();
+        let mut wanted = std::collections::HashSet::new();
+        for c in self.conns.iter().filter(|c| c.ep.is_some()) {
+            if c.session.awaiting_acks() > 0 {
+                wanted.extend(
+                    c.session
+                        .awaited_ack_tags()
+                        .map(|(id, seq)| wire::ack_tag(&layout, id, seq)),
+                );
+            }
+        }
+        let before = self.ack_exact.len();
+        // Dropping a receive cancels it (and parks it until UCX lets it go).
+        self.ack_exact.retain(|tag, _| wanted.contains(tag));
+        let mut changed = before != self.ack_exact.len();
+        for tag in wanted {
+            if self.ack_exact.contains_key(&tag) {
+                continue;
+            }
+            match self.worker.tag_recv(tag, u64::MAX, Vec::with_capacity(0)) {
+                Ok(r) => {
+                    self.ack_exact.insert(tag, r);
+                    changed = true;
+                }
+                Err(e) => tracing::error!(error = %e, "posting a withdrawal-ack receive failed"),
+            }
+        }
+        changed
+    }
+
     fn on_ack_tag(&mut self, tag: u64) {
         let layout = *self.registry.layout();
         let claimed = tagspace_core::wire::parse_ack_tag(&layout, tag).is_some_and(|(id, seq)| {
@@ -1830,6 +2180,7 @@ impl Node {
     /// what arrived for it (all strays now: nobody owns the id) and unpins it — within the
     /// stray budget; what is left waits for the next call.
     fn release_confirmed(&mut self) -> bool {
+        let before = self.unpin_pending.len();
         for c in &mut self.conns {
             while let Some(id) = c.session.take_confirmed() {
                 self.unpin_pending.push(id);
@@ -1838,6 +2189,10 @@ impl Node {
         }
         if self.unpin_pending.is_empty() {
             return false;
+        }
+        let confirmed = self.unpin_pending.len() != before;
+        if self.host.is_some() {
+            return self.release_held(confirmed) || confirmed;
         }
         let field = self.registry.layout().namespace_field();
         let mut budget = STRAY_PROBES_PER_CALL;
@@ -1867,6 +2222,60 @@ impl Node {
         true
     }
 
+    /// Host mode's R7: a confirmed id is unpinned only once nothing waits in UCX's queue for
+    /// it. What waits there is not taken: a host library's tags (ucxx hashes them over all
+    /// 64 bits) fall in any namespace id, so a partial-mask removal could steal them. The
+    /// id stays quarantined while anything waits in it — until the host receives its message,
+    /// or for good if an old name's message is never received (an id lost, never a message
+    /// misdelivered; [`quarantine_held`](Node::quarantine_held) counts such ids). Looked at
+    /// (one probe without removal per id) at most every [`DRAIN_INTERVAL_MS`], or at once
+    /// when a confirmation came. Returns whether an id was unpinned.
+    fn release_held(&mut self, confirmed: bool) -> bool {
+        let now = self.clock.now_ms();
+        if !confirmed
+            && self
+                .last_drain_ms
+                .is_some_and(|t| now < t + DRAIN_INTERVAL_MS)
+        {
+            return false;
+        }
+        self.last_drain_ms = Some(now);
+        let field = self.registry.layout().namespace_field();
+        let mut budget = STRAY_PROBES_PER_CALL;
+        let mut unpinned = false;
+        let mut k = 0;
+        while k < self.unpin_pending.len() && budget > 0 {
+            let id = self.unpin_pending[k];
+            if self.registry.is_quarantined(id) {
+                budget -= 1;
+                self.stats.stray_probes += 1;
+                if self
+                    .worker
+                    .tag_probe((id as u64) << field.shift(), field.mask())
+                    .is_some()
+                {
+                    k += 1; // something waits in it: held
+                    continue;
+                }
+            }
+            self.unpin_pending.swap_remove(k);
+            self.registry.unpin(id);
+            self.stats.ids_unpinned += 1;
+            unpinned = true;
+        }
+        unpinned
+    }
+
+    /// Ids this node keeps quarantined after their withdrawal was confirmed, because a message
+    /// still waits in UCX's queue in them (host mode; see [`Node::adopt`]), or (own worker)
+    /// because the stray drain has not finished with them yet.
+    pub fn quarantine_held(&self) -> usize {
+        self.unpin_pending
+            .iter()
+            .filter(|&&id| self.registry.is_quarantined(id))
+            .count()
+    }
+
     fn flush(&mut self) -> bool {
         let mut sent = false;
         for i in 0..self.conns.len() {
@@ -1890,6 +2299,9 @@ impl Node {
     /// unregistered id — each scans UCX's queue, which UCX hashes only for full masks —
     /// started every [`DRAIN_INTERVAL_MS`] and resumed where the previous call's budget ended.
     pub fn drain_strays(&mut self) -> u64 {
+        if self.host.is_some() {
+            return 0; // host mode: the host's libraries own what tagspace does not
+        }
         let layout = self.registry.layout();
         let field = layout.namespace_field();
         let mut n = 0;

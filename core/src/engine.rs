@@ -81,6 +81,9 @@ pub enum NodeError<E> {
     Registry(RegistryError),
     /// No such library handle (released, or never registered here).
     NoSuchLibrary,
+    /// The call does not fit the node's state or mode (e.g. attaching an endpoint twice, or
+    /// a listener on a worker a host owns); the text says what was wrong.
+    Usage(&'static str),
 }
 
 impl<E: fmt::Display> fmt::Display for NodeError<E> {
@@ -103,6 +106,7 @@ impl<E: fmt::Display> fmt::Display for NodeError<E> {
             NodeError::Tag(e) => e.fmt(f),
             NodeError::Registry(e) => e.fmt(f),
             NodeError::NoSuchLibrary => f.write_str("no such library handle"),
+            NodeError::Usage(what) => write!(f, "misuse: {what}"),
         }
     }
 }

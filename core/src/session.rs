@@ -776,6 +776,19 @@ impl<const CAP: usize> Session<CAP> {
         self.acknowledge(id, seq, ACK_TAG)
     }
 
+    /// The ack tag messages this session still waits for, as `(id, seq)` (see
+    /// [`wire::ack_tag`]): one per withdrawal of ours whose tag half has not arrived. An
+    /// adapter that may not post a wildcard receive over the control namespace (a host's
+    /// worker, where another library's tags can fall anywhere) posts one exact receive for each.
+    pub fn awaited_ack_tags(&self) -> impl Iterator<Item = (u16, u32)> + '_ {
+        self.withdraw_seq
+            .iter()
+            .zip(self.acked.iter())
+            .enumerate()
+            .filter(|(_, (&seq, &acked))| seq != 0 && acked & ACK_TAG == 0)
+            .map(|(i, (&seq, _))| (i as u16, seq))
+    }
+
     /// The next ack tag message to send the peer, as a zero-length tag message on this
     /// endpoint (after any data the adapter has already posted on it).
     pub fn poll_ack_tag(&mut self, layout: &TagLayout) -> Option<u64> {
@@ -1126,8 +1139,11 @@ mod tests {
         let layout = *ra.layout();
         let tag = b.poll_ack_tag(&layout).unwrap();
         let (tid, seq) = wire::parse_ack_tag(&layout, tag).unwrap();
+        // What an adapter posts exact receives for is exactly the tag the peer sends.
+        assert_eq!(a.awaited_ack_tags().collect::<Vec<_>>(), [(tid, seq)]);
         assert!(!a.on_ack_tag(tid, seq.wrapping_add(1)), "wrong seq");
         assert!(a.on_ack_tag(tid, seq));
+        assert_eq!(a.awaited_ack_tags().count(), 0);
         assert_eq!(a.awaiting_acks(), 0);
         assert_eq!(a.take_confirmed(), Some(id));
         ra.unpin(id);

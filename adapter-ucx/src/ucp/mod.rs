@@ -10,7 +10,12 @@
 //! every type here holds raw pointers and so is neither `Send` nor `Sync`: one thread owns a
 //! worker and everything made from it. That is how tagspace is meant to be used (one progress
 //! thread per worker, libraries call into it on that thread); a multi-threaded front-end would
-//! need `UCS_THREAD_MODE_MULTI` and is not built.
+//! need `UCS_THREAD_MODE_MULTI` and is not built. A worker a host owns ([`Worker::adopt`]) may
+//! be MULTI and progressed by the host's own thread: the callbacks then run there, and only
+//! push into the worker's event queues (a mutex held for one push, never across a UCX call).
+//!
+//! Borrowed handles: [`Worker::adopt`] and [`Endpoint::borrow`] wrap a host's worker and
+//! endpoints; tagspace never destroys or closes them.
 //!
 //! Buffers: sends and receives take *owned* `Vec<u8>`s and give them back on completion, so a
 //! request dropped (or leaked) before it completes can never leave UCX writing into freed
@@ -31,6 +36,7 @@ use std::net::SocketAddr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::rc::Rc;
+use std::sync::{Mutex, MutexGuard};
 use ucx1_sys as sys;
 
 /// The UCX version this process loaded (at run time: may differ from the headers built against).
@@ -214,6 +220,13 @@ impl Drop for Context {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct EpKey(usize);
 
+impl EpKey {
+    /// The key of the raw endpoint `ep` (e.g. one a host reports failed).
+    pub fn of(ep: sys::ucp_ep_h) -> EpKey {
+        EpKey(ep as usize)
+    }
+}
+
 /// An Active Message as delivered to the worker.
 #[derive(Debug)]
 pub struct AmMessage {
@@ -236,9 +249,19 @@ struct Events {
     am: VecDeque<AmMessage>,
 }
 
+/// The worker's event queues. A mutex, not a `RefCell`: on an adopted worker
+/// ([`Worker::adopt`]) UCX runs the callbacks that push here on whichever thread the host
+/// progresses it from. The lock is held only to push or pop one entry, never across a UCX call.
+type EventQueue = Mutex<Events>;
+
+fn lock(q: &EventQueue) -> MutexGuard<'_, Events> {
+    // A poisoned queue only means a callback panicked (which aborts); the data is intact.
+    q.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// The argument of one AM id's handler: UCX does not pass the id to the callback.
 struct AmArg {
-    events: *const RefCell<Events>,
+    events: *const EventQueue,
     id: u16,
     /// The shared argument of every id without a handler of its own.
     unowned: bool,
@@ -251,19 +274,78 @@ struct Orphan {
 
 struct WorkerInner {
     raw: sys::ucp_worker_h,
+    /// `false` for a worker a host owns ([`Worker::adopt`]): never destroyed here.
+    owned: bool,
     /// Boxed so that its address, handed to UCX as callback argument, never moves.
-    events: Box<RefCell<Events>>,
+    events: Box<EventQueue>,
     orphans: RefCell<Vec<Orphan>>,
     /// Handler arguments by AM id (boxed: UCX keeps their addresses).
     am_args: RefCell<std::collections::HashMap<u16, Box<AmArg>>>,
     /// The argument of the handler on every id without one of its own, once
     /// [`Worker::guard_am_ids`] has installed it (boxed: UCX keeps its address).
     unowned_arg: RefCell<Option<Box<AmArg>>>,
-    _ctx: Rc<Context>,
+    /// `None` on an adopted worker (its context is the host's).
+    _ctx: Option<Rc<Context>>,
+}
+
+/// How long dropping an adopted worker's last handle waits for tagspace's unfinished requests
+/// (cancelled first) before it gives up on them (see [`Worker::adopt`]).
+pub const ADOPTED_DRAIN_MS: u64 = 1000;
+
+impl WorkerInner {
+    /// Leaves a host's worker as tagspace found it: its AM handlers cleared (UCX then drops
+    /// what arrives on those ids), its unfinished requests cancelled and waited for, briefly.
+    fn hand_back(&mut self) {
+        for (&id, _) in self.am_args.borrow().iter() {
+            // SAFETY: zeroed is a valid "no fields" value for this plain C struct.
+            let mut p: sys::ucp_am_handler_param_t = unsafe { std::mem::zeroed() };
+            p.field_mask = (sys::ucp_am_handler_param_field::UCP_AM_HANDLER_PARAM_FIELD_ID
+                | sys::ucp_am_handler_param_field::UCP_AM_HANDLER_PARAM_FIELD_CB)
+                .0 as u64;
+            p.id = id as u32;
+            p.cb = None;
+            // SAFETY: the worker is live; a NULL callback removes the handler. On a
+            // multi-threaded worker UCX takes its lock, so no callback with the old argument
+            // runs after this returns.
+            unsafe { sys::ucp_worker_set_am_recv_handler(self.raw, &p) };
+        }
+        let orphans = std::mem::take(&mut *self.orphans.borrow_mut());
+        for o in &orphans {
+            // SAFETY: a live request; cancelling a send or one already done is a no-op.
+            unsafe { sys::ucp_request_cancel(self.raw, o.raw) };
+        }
+        let start = std::time::Instant::now();
+        let mut left = orphans;
+        while !left.is_empty() && start.elapsed().as_millis() < ADOPTED_DRAIN_MS as u128 {
+            // SAFETY: a live worker; the host allows tagspace to progress it (Worker::adopt).
+            unsafe { sys::ucp_worker_progress(self.raw) };
+            left.retain(|o| {
+                // SAFETY: o.raw is a request not yet freed.
+                let s = Status::from_sys(unsafe { sys::ucp_request_check_status(o.raw) });
+                if s == Status::INPROGRESS {
+                    return true;
+                }
+                // SAFETY: complete: freed once; its buffer drops with the Orphan.
+                unsafe { sys::ucp_request_free(o.raw) };
+                false
+            });
+        }
+        for o in left {
+            // UCX may still write into (or read from) the buffer: release the request (UCX
+            // frees it when it ends) and leak the buffer rather than free memory UCX uses.
+            // SAFETY: a live request, released once.
+            unsafe { sys::ucp_request_free(o.raw) };
+            std::mem::forget(o);
+        }
+    }
 }
 
 impl Drop for WorkerInner {
     fn drop(&mut self) {
+        if !self.owned {
+            self.hand_back();
+            return;
+        }
         // Orphaned requests still in flight are released (UCX frees them when they finish or
         // when the worker goes); their buffers are dropped only after the worker is destroyed.
         for o in self.orphans.borrow().iter() {
@@ -297,6 +379,70 @@ impl Worker {
         Worker::on(Context::new(cfg)?)
     }
 
+    /// A worker a host created and owns (ucxx's, a C++ engine's): tagspace uses it but never
+    /// destroys it. When the last handle goes, tagspace removes the AM handlers it set and
+    /// cancels its unfinished requests, progressing the worker for at most
+    /// [`ADOPTED_DRAIN_MS`] until they end (a request still unfinished then is released to
+    /// UCX and its buffer leaked, never freed under UCX). Endpoint errors reach tagspace only
+    /// through [`report_ep_error`](Self::report_ep_error): the host's endpoints carry the
+    /// host's error handler.
+    ///
+    /// # Safety
+    /// `raw` must be a live worker whose context has `UCP_FEATURE_TAG` and `UCP_FEATURE_AM`,
+    /// and must outlive every handle made from it (the host destroys it only after dropping
+    /// the tagspace node). Calls on it must follow its thread mode: on a
+    /// `UCS_THREAD_MODE_MULTI` worker the host may progress it from any thread; on a SINGLE or
+    /// SERIALIZED one, only from the thread that uses this handle.
+    pub unsafe fn adopt(raw: sys::ucp_worker_h) -> Worker {
+        Worker {
+            inner: Rc::new(WorkerInner {
+                raw,
+                owned: false,
+                events: Box::new(Mutex::new(Events::default())),
+                orphans: RefCell::new(Vec::new()),
+                am_args: RefCell::new(std::collections::HashMap::new()),
+                unowned_arg: RefCell::new(None),
+                _ctx: None,
+            }),
+        }
+    }
+
+    /// Whether a host owns this worker ([`adopt`](Self::adopt)).
+    pub fn is_adopted(&self) -> bool {
+        !self.inner.owned
+    }
+
+    /// The worker's thread mode, as UCX reports it.
+    pub fn thread_mode(&self) -> Result<ThreadMode, UcxError> {
+        // SAFETY: zeroed is a valid "no fields" value for this plain C struct.
+        let mut attr: sys::ucp_worker_attr_t = unsafe { std::mem::zeroed() };
+        attr.field_mask = sys::ucp_worker_attr_field::UCP_WORKER_ATTR_FIELD_THREAD_MODE.0 as u64;
+        // SAFETY: the worker is live; attr is an out-parameter.
+        check("ucp_worker_query", unsafe {
+            sys::ucp_worker_query(self.raw(), &mut attr)
+        })?;
+        // Read as the integer UCX wrote: a value a newer UCX adds must not become an invalid
+        // Rust enum.
+        // SAFETY: the field is a C enum (an `int`), initialised (zeroed, then set by UCX).
+        let raw = unsafe { ptr::addr_of!(attr.thread_mode).cast::<u32>().read() };
+        Ok(ThreadMode::from_raw(raw))
+    }
+
+    /// Tells tagspace that the endpoint `key` failed with `status` (what UCX's error handler
+    /// would have reported): the host calls it from its own error handler for endpoints it
+    /// owns. Reported through [`take_ep_error`](Self::take_ep_error).
+    pub fn report_ep_error(&self, key: EpKey, status: Status) {
+        lock(&self.inner.events).ep_errors.push_back((key, status));
+    }
+
+    /// Releases parked requests that have finished (done by [`progress`](Self::progress) when
+    /// tagspace progresses; call it when a host progresses the worker instead).
+    pub fn reap(&self) {
+        if !self.inner.orphans.borrow().is_empty() {
+            self.reap_orphans();
+        }
+    }
+
     /// A worker on `ctx`.
     pub fn on(ctx: Rc<Context>) -> Result<Worker, UcxError> {
         // SAFETY: zeroed is a valid "no fields" value for this plain C struct.
@@ -312,11 +458,12 @@ impl Worker {
         Ok(Worker {
             inner: Rc::new(WorkerInner {
                 raw,
-                events: Box::new(RefCell::new(Events::default())),
+                owned: true,
+                events: Box::new(Mutex::new(Events::default())),
                 orphans: RefCell::new(Vec::new()),
                 am_args: RefCell::new(std::collections::HashMap::new()),
                 unowned_arg: RefCell::new(None),
-                _ctx: ctx,
+                _ctx: Some(ctx),
             }),
         })
     }
@@ -332,7 +479,7 @@ impl Worker {
     }
 
     fn events_arg(&self) -> *mut c_void {
-        let p: *const RefCell<Events> = &*self.inner.events;
+        let p: *const EventQueue = &*self.inner.events;
         p as *mut c_void
     }
 
@@ -433,7 +580,7 @@ impl Worker {
 
     /// Routes Active Messages with UCX id `id` to [`take_am`](Self::take_am).
     pub fn set_am_handler(&self, id: u16) -> Result<(), UcxError> {
-        let events: *const RefCell<Events> = &*self.inner.events;
+        let events: *const EventQueue = &*self.inner.events;
         let mut args = self.inner.am_args.borrow_mut();
         let arg = args.entry(id).or_insert_with(|| {
             Box::new(AmArg {
@@ -516,14 +663,12 @@ impl Worker {
 
     /// The next Active Message received on a handled id.
     pub fn take_am(&self) -> Option<AmMessage> {
-        self.inner.events.borrow_mut().am.pop_front()
+        lock(&self.inner.events).am.pop_front()
     }
 
     /// The next endpoint error reported by UCX's peer error handling.
     pub fn take_ep_error(&self) -> Option<(EpKey, UcxError)> {
-        self.inner
-            .events
-            .borrow_mut()
+        lock(&self.inner.events)
             .ep_errors
             .pop_front()
             .map(|(k, s)| {
@@ -633,6 +778,30 @@ impl Worker {
             queue,
             worker: self.clone(),
         })
+    }
+}
+
+/// A worker's thread mode (`ucs_thread_mode_t`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThreadMode {
+    /// `UCS_THREAD_MODE_SINGLE`: one thread only.
+    Single,
+    /// `UCS_THREAD_MODE_SERIALIZED`: any thread, one at a time.
+    Serialized,
+    /// `UCS_THREAD_MODE_MULTI`: any threads at once (UCX locks the worker).
+    Multi,
+    /// A value this build does not know.
+    Other(u32),
+}
+
+impl ThreadMode {
+    fn from_raw(v: u32) -> ThreadMode {
+        match v {
+            0 => ThreadMode::Single,
+            1 => ThreadMode::Serialized,
+            2 => ThreadMode::Multi,
+            v => ThreadMode::Other(v),
+        }
     }
 }
 
@@ -866,6 +1035,8 @@ impl Drop for Listener {
 pub struct Endpoint {
     raw: sys::ucp_ep_h,
     closed: Cell<bool>,
+    /// A host's endpoint ([`Endpoint::borrow`]): never closed here.
+    borrowed: bool,
     worker: Worker,
 }
 
@@ -887,8 +1058,32 @@ impl Endpoint {
         Ok(Endpoint {
             raw,
             closed: Cell::new(false),
+            borrowed: false,
             worker: w.clone(),
         })
+    }
+
+    /// An endpoint a host created and owns, on worker `w`: tagspace sends on it but never
+    /// closes it ([`close`](Self::close) and dropping do nothing to it). It has the host's
+    /// error handler, not tagspace's: the host reports its failure
+    /// ([`Worker::report_ep_error`]).
+    ///
+    /// # Safety
+    /// `raw` must be a live endpoint of `w`'s worker, and stay live until this value (and
+    /// every request on it that tagspace still waits for) is gone — for a `tagspace` node,
+    /// until `detach` or the node's drop.
+    pub unsafe fn borrow(w: &Worker, raw: sys::ucp_ep_h) -> Endpoint {
+        Endpoint {
+            raw,
+            closed: Cell::new(false),
+            borrowed: true,
+            worker: w.clone(),
+        }
+    }
+
+    /// Whether a host owns this endpoint ([`borrow`](Self::borrow)).
+    pub fn is_borrowed(&self) -> bool {
+        self.borrowed
     }
 
     /// Connects to a listener at `addr` (client-server mode).
@@ -993,6 +1188,9 @@ impl Endpoint {
     /// request, if any, completes when UCX is done.
     pub fn close(self, force: bool) -> Option<Request> {
         self.closed.set(true);
+        if self.borrowed {
+            return None; // the host's to close
+        }
         close_ep(&self.worker, self.raw, force)
     }
 }
@@ -1012,7 +1210,7 @@ fn close_ep(w: &Worker, raw: sys::ucp_ep_h, force: bool) -> Option<Request> {
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
-        if !self.closed.get() {
+        if !self.closed.get() && !self.borrowed {
             // An unfinished close request parks on the worker (Request's Drop).
             drop(close_ep(&self.worker, self.raw, true));
         }
@@ -1096,8 +1294,8 @@ unsafe extern "C" fn conn_callback(req: sys::ucp_conn_request_h, arg: *mut c_voi
 unsafe extern "C" fn err_callback(arg: *mut c_void, ep: sys::ucp_ep_h, status: sys::ucs_status_t) {
     guard("endpoint error", || {
         // SAFETY: arg is the worker's events box, alive while the worker is.
-        let ev = unsafe { &*(arg as *const RefCell<Events>) };
-        ev.borrow_mut()
+        let ev = unsafe { &*(arg as *const EventQueue) };
+        lock(ev)
             .ep_errors
             .push_back((EpKey(ep as usize), Status::from_sys(status)));
     });
@@ -1125,7 +1323,7 @@ unsafe extern "C" fn am_callback(
             // SAFETY: eager data: `length` bytes valid during the callback.
             unsafe { std::slice::from_raw_parts(data as *const u8, length as usize) }.to_vec()
         };
-        ev.borrow_mut().am.push_back(AmMessage {
+        lock(ev).am.push_back(AmMessage {
             id: a.id,
             data: bytes,
             reply_ep: reply.then_some(EpKey(p.reply_ep as usize)),

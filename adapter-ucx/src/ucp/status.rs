@@ -65,7 +65,9 @@ impl Status {
         Status(s as i8)
     }
 
-    pub(crate) fn from_code(c: i8) -> Status {
+    /// The status with UCX code `c` (`ucs_status_t` is a signed byte), e.g. one a host's
+    /// endpoint error handler was given.
+    pub fn from_code(c: i8) -> Status {
         Status(c)
     }
 

@@ -1,0 +1,754 @@
+//! Host mode (issue 12): tagspace on a worker and endpoints that a "host" owns — here a host
+//! written on plain libucp (`ucx1-sys` calls only, no tagspace wrapper), as ucxx or a C++
+//! engine is. The host keeps its own traffic on the same worker and endpoints: random 64-bit
+//! tags as ucxx's hashed tags are (some forced into tagspace's namespace ids and into the
+//! control id), RAFT-style `(tag << 31) | rank` tags, and Active Messages on AM id 0 (ucxx's
+//! id), some received by receives posted early and some left unexpected until the end.
+//! Three tagspace libraries registered in different orders run beside it. Checked: every
+//! host message reaches the host (0 stolen), every tagspace message the right library
+//! (0 misdelivered), a release is quarantined and confirmed over exact ack receives, the
+//! host's progress thread on a MULTI worker, `peer_failed`, `detach`, and that dropping the
+//! node leaves the host's worker working (its AM handlers gone, the host's kept).
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::{c_void, CString};
+use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tagspace_core::engine::PeerEvent;
+use tagspace_core::wellknown::CONTROL_ID;
+use tagspace_core::{Registry, TagLayout};
+use tagspace_ucx::node::{HostProgress, LibId, Node, NodeConfig, NodeError, Side};
+use tagspace_ucx::ucp::{Config, ThreadMode};
+use ucx1_sys as sys;
+
+/// What the host's callbacks saw: AM id 0 payloads, endpoint errors.
+#[derive(Default)]
+struct HostEvents {
+    am0: Mutex<Vec<Vec<u8>>>,
+    ep_errors: Mutex<Vec<(usize, i8)>>,
+}
+
+/// A host on plain libucp: its own context, worker (thread mode chosen), endpoints by worker
+/// address (as RAFT makes them), a handler on AM id 0.
+struct RawHost {
+    ctx: sys::ucp_context_h,
+    worker: sys::ucp_worker_h,
+    events: Box<HostEvents>,
+}
+
+unsafe extern "C" fn host_am0(
+    arg: *mut c_void,
+    _header: *const c_void,
+    _header_length: sys::size_t,
+    data: *mut c_void,
+    length: sys::size_t,
+    _param: *const sys::ucp_am_recv_param_t,
+) -> sys::ucs_status_t {
+    // SAFETY: arg is the host's events box; eager data is valid during the callback.
+    let ev = unsafe { &*(arg as *const HostEvents) };
+    let bytes = unsafe { std::slice::from_raw_parts(data as *const u8, length as usize) };
+    ev.am0.lock().unwrap().push(bytes.to_vec());
+    sys::ucs_status_t::UCS_OK
+}
+
+unsafe extern "C" fn host_ep_error(arg: *mut c_void, ep: sys::ucp_ep_h, status: sys::ucs_status_t) {
+    // SAFETY: arg is the host's events box.
+    let ev = unsafe { &*(arg as *const HostEvents) };
+    ev.ep_errors
+        .lock()
+        .unwrap()
+        .push((ep as usize, status as i8));
+}
+
+fn is_err(p: sys::ucs_status_ptr_t) -> bool {
+    (p as usize) >= (-100isize) as usize
+}
+
+impl RawHost {
+    fn new(ucx: &Config, mode: sys::ucs_thread_mode_t) -> RawHost {
+        let mut config: *mut sys::ucp_config_t = ptr::null_mut();
+        // SAFETY: plain libucp calls with valid arguments throughout.
+        unsafe {
+            assert_eq!(
+                sys::ucp_config_read(ptr::null(), ptr::null(), &mut config) as i8,
+                0
+            );
+            let mut pairs = vec![("TLS".to_string(), ucx.transports.clone().unwrap())];
+            pairs.extend(ucx.options.iter().cloned());
+            for (k, v) in pairs {
+                let (k2, v2) = (CString::new(k.clone()).unwrap(), CString::new(v).unwrap());
+                if sys::ucp_config_modify(config, k2.as_ptr(), v2.as_ptr()) as i8 != 0 {
+                    // UCX 1.22 spells transport options with their prefix.
+                    let k3 = CString::new(format!("TCP_{k}")).unwrap();
+                    sys::ucp_config_modify(config, k3.as_ptr(), v2.as_ptr());
+                }
+            }
+            let mut params: sys::ucp_params_t = std::mem::zeroed();
+            params.field_mask = sys::ucp_params_field::UCP_PARAM_FIELD_FEATURES.0 as u64;
+            params.features =
+                (sys::ucp_feature::UCP_FEATURE_TAG | sys::ucp_feature::UCP_FEATURE_AM).0 as u64;
+            let mut ctx = ptr::null_mut();
+            assert_eq!(
+                sys::ucp_init_version(
+                    sys::UCP_API_MAJOR,
+                    sys::UCP_API_MINOR,
+                    &params,
+                    config,
+                    &mut ctx
+                ) as i8,
+                0
+            );
+            sys::ucp_config_release(config);
+            let mut wp: sys::ucp_worker_params_t = std::mem::zeroed();
+            wp.field_mask =
+                sys::ucp_worker_params_field::UCP_WORKER_PARAM_FIELD_THREAD_MODE.0 as u64;
+            wp.thread_mode = mode;
+            let mut worker = ptr::null_mut();
+            assert_eq!(sys::ucp_worker_create(ctx, &wp, &mut worker) as i8, 0);
+            let host = RawHost {
+                ctx,
+                worker,
+                events: Box::default(),
+            };
+            // The host's own AM handler on id 0, set before tagspace arrives (as ucxx does).
+            let mut p: sys::ucp_am_handler_param_t = std::mem::zeroed();
+            p.field_mask = (sys::ucp_am_handler_param_field::UCP_AM_HANDLER_PARAM_FIELD_ID
+                | sys::ucp_am_handler_param_field::UCP_AM_HANDLER_PARAM_FIELD_CB
+                | sys::ucp_am_handler_param_field::UCP_AM_HANDLER_PARAM_FIELD_ARG
+                | sys::ucp_am_handler_param_field::UCP_AM_HANDLER_PARAM_FIELD_FLAGS)
+                .0 as u64;
+            p.id = 0;
+            p.flags = sys::ucp_am_cb_flags::UCP_AM_FLAG_WHOLE_MSG.0;
+            p.cb = Some(host_am0);
+            p.arg = &*host.events as *const HostEvents as *mut c_void;
+            assert_eq!(sys::ucp_worker_set_am_recv_handler(worker, &p) as i8, 0);
+            host
+        }
+    }
+
+    fn address(&self) -> Vec<u8> {
+        let mut addr = ptr::null_mut();
+        let mut len = 0;
+        // SAFETY: out-pointers; released below.
+        unsafe {
+            assert_eq!(
+                sys::ucp_worker_get_address(self.worker, &mut addr, &mut len) as i8,
+                0
+            );
+            let v = std::slice::from_raw_parts(addr as *const u8, len as usize).to_vec();
+            sys::ucp_worker_release_address(self.worker, addr);
+            v
+        }
+    }
+
+    /// An endpoint to `peer`'s worker address, with the host's own error handler.
+    fn connect(&self, peer: &[u8]) -> sys::ucp_ep_h {
+        // SAFETY: a valid worker address from `address()`.
+        unsafe {
+            let mut p: sys::ucp_ep_params_t = std::mem::zeroed();
+            p.field_mask = (sys::ucp_ep_params_field::UCP_EP_PARAM_FIELD_REMOTE_ADDRESS
+                | sys::ucp_ep_params_field::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE
+                | sys::ucp_ep_params_field::UCP_EP_PARAM_FIELD_ERR_HANDLER)
+                .0 as u64;
+            p.address = peer.as_ptr() as *const sys::ucp_address_t;
+            p.err_mode = sys::ucp_err_handling_mode_t::UCP_ERR_HANDLING_MODE_PEER;
+            p.err_handler.cb = Some(host_ep_error);
+            p.err_handler.arg = &*self.events as *const HostEvents as *mut c_void;
+            let mut ep = ptr::null_mut();
+            assert_eq!(sys::ucp_ep_create(self.worker, &p, &mut ep) as i8, 0);
+            ep
+        }
+    }
+
+    fn progress(&self) {
+        // SAFETY: a live worker.
+        unsafe { sys::ucp_worker_progress(self.worker) };
+    }
+
+    /// Starts a tag send; the buffer must live until `done` says so.
+    fn send(&self, ep: sys::ucp_ep_h, tag: u64, data: &[u8]) -> Pending {
+        // SAFETY: the caller keeps `data` alive until the request ends (Pending::wait).
+        unsafe {
+            let param: sys::ucp_request_param_t = std::mem::zeroed();
+            let p = sys::ucp_tag_send_nbx(
+                ep,
+                data.as_ptr() as *const c_void,
+                data.len() as sys::size_t,
+                tag,
+                &param,
+            );
+            assert!(!is_err(p), "host tag send failed");
+            Pending(p)
+        }
+    }
+
+    fn am_send(&self, ep: sys::ucp_ep_h, id: u32, data: &[u8]) -> Pending {
+        // SAFETY: as for `send`.
+        unsafe {
+            let mut param: sys::ucp_request_param_t = std::mem::zeroed();
+            param.op_attr_mask = sys::ucp_op_attr_t::UCP_OP_ATTR_FIELD_FLAGS as u32;
+            param.flags = sys::ucp_send_am_flags::UCP_AM_SEND_FLAG_EAGER.0;
+            let p = sys::ucp_am_send_nbx(
+                ep,
+                id,
+                ptr::null(),
+                0,
+                data.as_ptr() as *const c_void,
+                data.len() as sys::size_t,
+                &param,
+            );
+            assert!(!is_err(p), "host AM send failed");
+            Pending(p)
+        }
+    }
+
+    /// Posts a full-mask receive for `tag` into `buf`.
+    fn recv(&self, tag: u64, buf: &mut [u8]) -> Pending {
+        // SAFETY: the caller keeps `buf` alive until the request ends.
+        unsafe {
+            let param: sys::ucp_request_param_t = std::mem::zeroed();
+            let p = sys::ucp_tag_recv_nbx(
+                self.worker,
+                buf.as_mut_ptr() as *mut c_void,
+                buf.len() as sys::size_t,
+                tag,
+                u64::MAX,
+                &param,
+            );
+            assert!(!is_err(p), "host tag recv failed");
+            Pending(p)
+        }
+    }
+
+    /// Whether an unexpected message with exactly `tag` waits (not taken).
+    fn has_unexpected(&self, tag: u64) -> bool {
+        // SAFETY: probe without remove; info is an out-pointer.
+        unsafe {
+            let mut info: sys::ucp_tag_recv_info_t = std::mem::zeroed();
+            !sys::ucp_tag_probe_nb(self.worker, tag, u64::MAX, 0, &mut info).is_null()
+        }
+    }
+
+    fn close(&self, ep: sys::ucp_ep_h, others: &[&RawHost]) {
+        // SAFETY: a live endpoint of this worker, closed once.
+        unsafe {
+            let mut param: sys::ucp_request_param_t = std::mem::zeroed();
+            param.op_attr_mask = sys::ucp_op_attr_t::UCP_OP_ATTR_FIELD_FLAGS as u32;
+            param.flags = sys::ucp_ep_close_flags_t::UCP_EP_CLOSE_FLAG_FORCE.0;
+            let p = sys::ucp_ep_close_nbx(ep, &param);
+            if !p.is_null() && !is_err(p) {
+                Pending(p).wait(self, others);
+            }
+        }
+    }
+}
+
+impl Drop for RawHost {
+    fn drop(&mut self) {
+        // SAFETY: the host's own handles, destroyed once, after every tagspace node is gone.
+        unsafe {
+            sys::ucp_worker_destroy(self.worker);
+            sys::ucp_cleanup(self.ctx);
+        }
+    }
+}
+
+/// A request of the host's (NULL: finished at once).
+struct Pending(sys::ucs_status_ptr_t);
+
+impl Pending {
+    fn done(&self) -> bool {
+        // SAFETY: a live request or NULL.
+        self.0.is_null() || unsafe { sys::ucp_request_check_status(self.0) as i8 != 1 }
+    }
+
+    fn wait(self, host: &RawHost, others: &[&RawHost]) {
+        let start = Instant::now();
+        while !self.done() {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "host request stuck"
+            );
+            host.progress();
+            for o in others {
+                o.progress();
+            }
+        }
+        if !self.0.is_null() {
+            // SAFETY: finished; freed once.
+            unsafe { sys::ucp_request_free(self.0) };
+        }
+    }
+}
+
+fn registry() -> &'static Registry<256> {
+    Box::leak(Box::new(Registry::new(TagLayout::DEFAULT)))
+}
+
+fn host_cfg() -> NodeConfig {
+    NodeConfig {
+        listen: None,
+        ..NodeConfig::loopback(Config::tcp())
+    }
+}
+
+/// A tiny deterministic generator (the test must be reproducible).
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+const LIBS: [&str; 3] = ["dask", "cuml", "blazingsql"];
+
+/// The host's tags for one run: random ones (ucxx's hashed tags), random ones forced into
+/// every namespace id tagspace uses on the receiving side and the control id, RAFT-style ones.
+fn host_tags(rng: &mut Rng, forced_ids: &[u16], n: usize) -> Vec<u64> {
+    let layout = TagLayout::DEFAULT;
+    let f = layout.namespace_field();
+    let mut tags = Vec::new();
+    let mut seen = HashSet::new();
+    while tags.len() < n {
+        let k = tags.len();
+        let mut t = rng.next();
+        if k % 3 == 1 {
+            let id = forced_ids[(k / 3) % forced_ids.len()] as u64;
+            t = (t & !(f.mask())) | (id << f.shift());
+        } else if k % 3 == 2 {
+            t = ((rng.next() % 100_000) << 31) | (k as u64 % 4); // RAFT: (tag << 31) | rank
+        }
+        if seen.insert(t) {
+            tags.push(t);
+        }
+    }
+    tags
+}
+
+fn progress_all(hosts: &[&RawHost], nodes: &mut [&mut Node]) {
+    for h in hosts {
+        h.progress();
+    }
+    for n in nodes.iter_mut() {
+        n.progress();
+    }
+}
+
+fn until(
+    hosts: &[&RawHost],
+    nodes: &mut [&mut Node],
+    what: &str,
+    mut done: impl FnMut(&mut [&mut Node]) -> bool,
+) {
+    let start = Instant::now();
+    while !done(nodes) {
+        assert!(start.elapsed() < Duration::from_secs(30), "{what}");
+        progress_all(hosts, nodes);
+    }
+}
+
+fn register_all(n: &mut Node, order: &[usize]) -> Vec<LibId> {
+    let mut ids = vec![LibId(usize::MAX); 3];
+    for &i in order {
+        ids[i] = n.register(LIBS[i]).unwrap();
+        n.listen(ids[i]).unwrap();
+    }
+    ids
+}
+
+fn host_side_by_side(ucx: Config, b_progress: HostProgress) {
+    let ha = RawHost::new(&ucx, sys::ucs_thread_mode_t::UCS_THREAD_MODE_SINGLE);
+    let hb = RawHost::new(&ucx, sys::ucs_thread_mode_t::UCS_THREAD_MODE_SINGLE);
+    let hosts = [&ha, &hb];
+    let a_ep = ha.connect(&hb.address());
+    let b_ep = hb.connect(&ha.address());
+    let (reg_a, reg_b) = (registry(), registry());
+    // SAFETY: the hosts' workers outlive the nodes (dropped below, before the hosts).
+    let mut a =
+        unsafe { Node::adopt_with_registry(ha.worker, host_cfg(), HostProgress::Node, reg_a) }
+            .expect("adopt A");
+    let mut b = unsafe { Node::adopt_with_registry(hb.worker, host_cfg(), b_progress, reg_b) }
+        .expect("adopt B");
+    assert_eq!(a.host().unwrap().thread_mode, ThreadMode::Single);
+    let la = register_all(&mut a, &[0, 1, 2]);
+    let lb = register_all(&mut b, &[2, 0, 1]);
+    // A dynamic name (the three above are well-known, with static ids never quarantined).
+    let scratch_a = a.register("scratch-space").unwrap();
+    let scratch_b = b.register("scratch-space").unwrap();
+    // A attaches and talks first; B attaches later: its HELLO waits for B (kept, bounded).
+    // SAFETY: live endpoints, kept until detach / the node's drop.
+    unsafe { a.attach(a_ep, Side::Initiator) }.unwrap();
+    for _ in 0..200 {
+        progress_all(&hosts, &mut [&mut a, &mut b]);
+    }
+    assert!(matches!(
+        unsafe { a.attach(a_ep, Side::Initiator) },
+        Err(NodeError::Usage(_))
+    ));
+    unsafe { b.attach(b_ep, Side::Acceptor) }.unwrap();
+    let (ta, tb) = (a.token(), b.token());
+    until(&hosts, &mut [&mut a, &mut b], "handshake", |n| {
+        (0..3).all(|i| {
+            n[0].route_tag(la[i], tb, 0).ok().flatten().is_some()
+                && n[1].route_tag(lb[i], ta, 0).ok().flatten().is_some()
+        }) && n[0].route_tag(scratch_a, tb, 0).ok().flatten().is_some()
+    });
+
+    // The host's own traffic A → B on the same endpoint, next to tagspace's.
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut forced: Vec<u16> = lb.iter().map(|l| b.namespace(*l).unwrap().id()).collect();
+    forced.push(CONTROL_ID);
+    forced.push(200); // an id nobody registered (the stray sweep's prey in own-worker mode)
+    let released = b.namespace(scratch_b).unwrap().id();
+    forced.push(released); // the id B releases below: the host's messages in it stay its own
+    let tags = host_tags(&mut rng, &forced, 300);
+    let early: Vec<u64> = tags.iter().copied().step_by(2).collect();
+    let late: Vec<u64> = tags.iter().copied().skip(1).step_by(2).collect();
+    let mut early_bufs: Vec<Vec<u8>> = early.iter().map(|_| vec![0u8; 16]).collect();
+    let early_recvs: Vec<Pending> = early
+        .iter()
+        .zip(early_bufs.iter_mut())
+        .map(|(&t, buf)| hb.recv(t, buf))
+        .collect();
+    let bodies: HashMap<u64, Vec<u8>> = tags
+        .iter()
+        .map(|&t| (t, t.to_le_bytes().to_vec()))
+        .collect();
+    let mut host_sends = Vec::new();
+    for (k, &t) in tags.iter().enumerate() {
+        host_sends.push(ha.send(a_ep, t, &bodies[&t]));
+        if k % 10 == 0 {
+            host_sends.push(ha.am_send(a_ep, 0, &bodies[&t]));
+        }
+        // tagspace traffic interleaved: each library sends to its peer's same-named library.
+        let i = k % 3;
+        a.send(
+            la[i],
+            tb,
+            k as u64,
+            format!("{}:{k}", LIBS[i]).into_bytes(),
+            10_000,
+        );
+    }
+    let mut recvs = Vec::new();
+    for k in 0..tags.len() {
+        let i = k % 3;
+        recvs.push((i, k, b.recv(lb[i], k as u64, 64)));
+    }
+    let mut got = 0;
+    until(&hosts, &mut [&mut a, &mut b], "tagspace traffic", |n| {
+        for (i, k, op) in &recvs {
+            if let Some(r) = n[1].take(*op) {
+                let data = r.expect("tagspace receive").expect("data");
+                assert_eq!(
+                    data,
+                    format!("{}:{k}", LIBS[*i]).into_bytes(),
+                    "misdelivered"
+                );
+                got += 1;
+            }
+        }
+        got == recvs.len()
+    });
+    for s in host_sends {
+        s.wait(&ha, &[&hb]);
+    }
+    for r in early_recvs {
+        r.wait(&hb, &[&ha]);
+    }
+    for (t, buf) in early.iter().zip(&early_bufs) {
+        assert_eq!(&buf[..8], &bodies[t][..], "host message {t:#x} corrupted");
+    }
+    // A release on B while the host's unexpected messages (some in the control namespace, in
+    // B's ids, in the id released) sit in the queue: A confirms over the exact ack receive,
+    // and the id then stays quarantined while the host's messages wait in it.
+    b.release(scratch_b);
+    assert!(reg_b.is_quarantined(released));
+    until(&hosts, &mut [&mut a, &mut b], "withdrawal confirmed", |n| {
+        n[1].stats().acks_received >= 1
+    });
+    assert!(late
+        .iter()
+        .any(|&t| TagLayout::DEFAULT.namespace_of(t) == released));
+    for _ in 0..100 {
+        progress_all(&hosts, &mut [&mut a, &mut b]);
+    }
+    assert!(
+        reg_b.is_quarantined(released),
+        "the host's messages wait in the id"
+    );
+    assert_eq!(b.quarantine_held(), 1);
+    // 0 stolen: every late message still waits, exactly once, for the host — after long
+    // enough for own-worker mode's periodic stray sweep (every DRAIN_INTERVAL_MS) to have run.
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_millis(5 * tagspace_ucx::node::DRAIN_INTERVAL_MS) {
+        progress_all(&hosts, &mut [&mut a, &mut b]);
+    }
+    for &t in &late {
+        assert!(
+            hb.has_unexpected(t),
+            "host message {t:#x} (namespace {}) was taken",
+            TagLayout::DEFAULT.namespace_of(t)
+        );
+        let mut buf = [0u8; 16];
+        hb.recv(t, &mut buf).wait(&hb, &[&ha]);
+        assert_eq!(&buf[..8], &bodies[&t][..]);
+        assert!(!hb.has_unexpected(t), "host message {t:#x} duplicated");
+    }
+    // With the host's messages received, nothing waits in the released id: it is free.
+    until(&hosts, &mut [&mut a, &mut b], "released id freed", |_| {
+        !reg_b.is_quarantined(released)
+    });
+    assert_eq!(b.quarantine_held(), 0);
+    assert_eq!(hb.events.am0.lock().unwrap().len(), tags.len().div_ceil(10));
+    assert_eq!(
+        b.stats().stray,
+        0,
+        "tagspace counted host traffic as its strays"
+    );
+    for i in 0..3 {
+        let c = b.counters(lb[i]);
+        assert_eq!(c.received as usize, tags.len() / 3, "{}", LIBS[i]);
+    }
+
+    // Detach: the peer hears an orderly close; tagspace no longer uses the endpoint.
+    b.detach(b_ep).unwrap();
+    assert!(matches!(b.detach(b_ep), Err(NodeError::Usage(_))));
+    until(
+        &hosts,
+        &mut [&mut a, &mut b],
+        "peer down after detach",
+        |n| {
+            let mut down = false;
+            while let Some(ev) = n[0].peer_event(la[0]) {
+                down |= matches!(ev, PeerEvent::Down { peer, cause: None, .. } if peer == tb);
+            }
+            down
+        },
+    );
+    drop(a);
+    drop(b);
+    // The host's worker still works after tagspace left: its own traffic and AM id 0 handler,
+    // and an AM on tagspace's old control id is dropped by UCX (no handler, no crash).
+    let control_am = CONTROL_ID as u32 * TagLayout::DEFAULT.am_ids_per_namespace();
+    let after = ha.am_send(a_ep, control_am, b"late control frame");
+    let mut buf = [0u8; 16];
+    let r = hb.recv(0x5eed, &mut buf);
+    ha.send(a_ep, 0x5eed, b"after").wait(&ha, &[&hb]);
+    r.wait(&hb, &[&ha]);
+    after.wait(&ha, &[&hb]);
+    assert_eq!(&buf[..5], b"after");
+    let am0 = hb.events.am0.lock().unwrap().len();
+    ha.am_send(a_ep, 0, b"am0 after").wait(&ha, &[&hb]);
+    let start = Instant::now();
+    while hb.events.am0.lock().unwrap().len() == am0 {
+        assert!(start.elapsed() < Duration::from_secs(30), "host AM 0 lost");
+        hb.progress();
+        ha.progress();
+    }
+    ha.close(a_ep, &[&hb]);
+    hb.close(b_ep, &[&ha]);
+}
+
+#[test]
+fn three_libraries_share_a_hosts_worker_and_endpoints_over_tcp() {
+    host_side_by_side(Config::tcp(), HostProgress::Host);
+}
+
+#[test]
+fn three_libraries_share_a_hosts_worker_and_endpoints_over_shm() {
+    host_side_by_side(Config::shm(), HostProgress::Node);
+}
+
+#[test]
+fn a_host_progress_thread_on_a_multi_worker() {
+    let ucx = Config::tcp();
+    let ha = RawHost::new(&ucx, sys::ucs_thread_mode_t::UCS_THREAD_MODE_MULTI);
+    let hb = RawHost::new(&ucx, sys::ucs_thread_mode_t::UCS_THREAD_MODE_MULTI);
+    let a_ep = ha.connect(&hb.address());
+    let b_ep = hb.connect(&ha.address());
+    // SAFETY: the workers outlive the nodes.
+    let mut a =
+        unsafe { Node::adopt_with_registry(ha.worker, host_cfg(), HostProgress::Host, registry()) }
+            .unwrap();
+    let mut b =
+        unsafe { Node::adopt_with_registry(hb.worker, host_cfg(), HostProgress::Host, registry()) }
+            .unwrap();
+    let info = a.host().unwrap();
+    if info.thread_mode != ThreadMode::Multi {
+        // UCX built without --enable-mt (ucx1-sys's bundled 1.12.1) hands out SINGLE workers
+        // whatever was asked; scripts/ucx-matrix.sh runs this test on 1.13.1 and 1.22.
+        eprintln!(
+            "a_host_progress_thread_on_a_multi_worker: not run: UCX {:?} gave a {:?} worker",
+            info.ucx_version, info.thread_mode
+        );
+        return;
+    }
+    // The host's progress thread: the only caller of ucp_worker_progress (tagspace's
+    // callbacks run there). Raw handles cross as integers.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (wa, wb) = (ha.worker as usize, hb.worker as usize);
+    let progress = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                // SAFETY: MULTI workers, alive until this thread is joined.
+                unsafe {
+                    sys::ucp_worker_progress(wa as sys::ucp_worker_h);
+                    sys::ucp_worker_progress(wb as sys::ucp_worker_h);
+                }
+            }
+        })
+    };
+    assert!(matches!(a.wait(1), Err(NodeError::Usage(_))));
+    let la = register_all(&mut a, &[0, 1, 2]);
+    let lb = register_all(&mut b, &[1, 2, 0]);
+    unsafe { a.attach(a_ep, Side::Initiator) }.unwrap();
+    unsafe { b.attach(b_ep, Side::Acceptor) }.unwrap();
+    let (ta, tb) = (a.token(), b.token());
+    let start = Instant::now();
+    while !(0..3).all(|i| {
+        a.route_tag(la[i], tb, 0).ok().flatten().is_some()
+            && b.route_tag(lb[i], ta, 0).ok().flatten().is_some()
+    }) {
+        assert!(start.elapsed() < Duration::from_secs(30), "handshake");
+        a.progress();
+        b.progress();
+    }
+    // The host's own traffic from another thread of its own, concurrently.
+    let a_ep_int = a_ep as usize;
+    let host_lib = std::thread::spawn(move || {
+        let bodies: Vec<[u8; 8]> = (0..200u64).map(|k| k.to_le_bytes()).collect();
+        let mut reqs = Vec::new();
+        for (k, body) in bodies.iter().enumerate() {
+            // SAFETY: a MULTI worker's endpoint; each body outlives its request.
+            unsafe {
+                let param: sys::ucp_request_param_t = std::mem::zeroed();
+                let p = sys::ucp_tag_send_nbx(
+                    a_ep_int as sys::ucp_ep_h,
+                    body.as_ptr() as *const c_void,
+                    8,
+                    0x7700_0000_0000_0000 | k as u64,
+                    &param,
+                );
+                assert!(!is_err(p));
+                reqs.push(Pending(p));
+            }
+        }
+        while !reqs.iter().all(Pending::done) {
+            std::thread::yield_now();
+        }
+        for r in reqs {
+            if !r.0.is_null() {
+                // SAFETY: finished; freed once.
+                unsafe { sys::ucp_request_free(r.0) };
+            }
+        }
+    });
+    let mut ops = Vec::new();
+    for k in 0..600u64 {
+        let i = (k % 3) as usize;
+        a.send(la[i], tb, k, k.to_le_bytes().to_vec(), 10_000);
+        ops.push((k, 1, b.recv(lb[i], k, 8)));
+        b.send(lb[i], ta, k, k.to_le_bytes().to_vec(), 10_000);
+        ops.push((k, 0, a.recv(la[i], k, 8)));
+    }
+    let mut left = ops.len();
+    let start = Instant::now();
+    while left > 0 {
+        assert!(start.elapsed() < Duration::from_secs(30), "{left} left");
+        a.progress();
+        b.progress();
+        ops.retain(|(k, side, op)| {
+            let node = if *side == 0 { &mut a } else { &mut b };
+            match node.take(*op) {
+                Some(r) => {
+                    assert_eq!(r.unwrap().unwrap(), k.to_le_bytes().to_vec());
+                    left -= 1;
+                    false
+                }
+                None => true,
+            }
+        });
+    }
+    host_lib.join().unwrap();
+    // Every host message is still there for the host, whichever thread progressed.
+    for k in 0..200u64 {
+        let mut buf = [0u8; 8];
+        let r = hb.recv(0x7700_0000_0000_0000 | k, &mut buf);
+        let start = Instant::now();
+        while !r.done() {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "host message {k} lost"
+            );
+            std::thread::yield_now();
+        }
+        if !r.0.is_null() {
+            // SAFETY: finished; freed once.
+            unsafe { sys::ucp_request_free(r.0) };
+        }
+        assert_eq!(buf, k.to_le_bytes());
+    }
+    // peer_failed: the host's error handler would call it; tagspace fails what waits on B.
+    let waiting = a.recv_from(la[0], tb, 999_999, 8);
+    a.peer_failed(a_ep, -25);
+    let start = Instant::now();
+    while !a.is_done(waiting) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "peer_failed not handled"
+        );
+        a.progress();
+        b.progress();
+    }
+    assert!(matches!(
+        a.take(waiting),
+        Some(Err(NodeError::PeerDown { peer, cause: Some(_) })) if peer == tb
+    ));
+    assert_eq!(a.live_connections_to(tb), 0);
+    drop(a);
+    drop(b);
+    stop.store(true, Ordering::Relaxed);
+    progress.join().unwrap();
+    ha.close(a_ep, &[&hb]);
+    hb.close(b_ep, &[&ha]);
+}
+
+#[test]
+fn adopting_checks_what_it_is_given() {
+    let ha = RawHost::new(
+        &Config::tcp(),
+        sys::ucs_thread_mode_t::UCS_THREAD_MODE_SINGLE,
+    );
+    // SAFETY: NULL is refused before use; the worker is live.
+    let null = unsafe { Node::adopt(ptr::null_mut(), host_cfg(), HostProgress::Node) };
+    assert!(matches!(null, Err(NodeError::Usage(_))));
+    let listening = unsafe {
+        Node::adopt_with_registry(
+            ha.worker,
+            NodeConfig::loopback(Config::tcp()),
+            HostProgress::Node,
+            registry(),
+        )
+    };
+    assert!(matches!(listening, Err(NodeError::Usage(_))));
+    let mut n =
+        unsafe { Node::adopt_with_registry(ha.worker, host_cfg(), HostProgress::Node, registry()) }
+            .unwrap();
+    assert!(matches!(
+        unsafe { n.attach(ptr::null_mut(), Side::Initiator) },
+        Err(NodeError::Usage(_))
+    ));
+    assert!(matches!(
+        n.detach(0x1000 as sys::ucp_ep_h),
+        Err(NodeError::Usage(_))
+    ));
+    n.peer_failed(0x1000 as sys::ucp_ep_h, -25); // not attached: ignored
+    n.progress();
+}
