@@ -2,8 +2,8 @@
 # The C ABI as a host author meets it: install it under a scratch prefix, build the C and C++
 # hosts with the system compilers through pkg-config (tagspace's and the system UCX's), and run
 # them as real processes over TCP and shared memory; link once statically too. Also checks what
-# the shared library promises: a soname, no rpath, no UCX of its own, and every function of the
-# header exported. Ends with the data-path benchmark (capi/c/bench.c) as a smoke run; the full
+# the shared library promises: a soname, no rpath, UCX only as libucp.so.0 (whichever the host
+# loads; nothing of UCX bundled), and every function of the header exported. Ends with the data-path benchmark (capi/c/bench.c) as a smoke run; the full
 # run, over shared memory and TCP:  CAPI_BENCH=full scripts/capi-check.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,12 +17,18 @@ echo "--- the shared library"
 dyn=$(readelf -d "$lib")
 grep -q 'SONAME.*libtagspace.so.1' <<<"$dyn" || { echo "no soname libtagspace.so.1"; exit 1; }
 if grep -Eq 'RPATH|RUNPATH' <<<"$dyn"; then echo "libtagspace carries an rpath"; exit 1; fi
-if grep -q 'NEEDED.*libuc' <<<"$dyn"; then echo "libtagspace links UCX itself"; exit 1; fi
+grep -q 'NEEDED.*\[libucp.so.0\]' <<<"$dyn" || { echo "libtagspace does not need libucp.so.0"; exit 1; }
+if grep 'NEEDED.*libuc' <<<"$dyn" | grep -qv 'libucp.so.0'; then
+  echo "libtagspace needs another UCX library than libucp.so.0"; exit 1
+fi
+if nm -D --defined-only "$lib" | awk '{print $3}' | grep -q '^ucp_'; then
+  echo "libtagspace bundles UCX symbols"; exit 1
+fi
 declared=$(grep -oE '\btagspace_[a-z_]+\(' capi/include/tagspace.h | tr -d '(' | sort -u)
 exported=$(nm -D --defined-only "$lib" | awk '{print $3}' | grep '^tagspace_' | sort -u)
 missing=$(comm -23 <(echo "$declared") <(echo "$exported"))
 [ -z "$missing" ] || { echo "declared in tagspace.h but not exported: $missing"; exit 1; }
-echo "soname libtagspace.so.1, no rpath, no UCX; $(wc -l <<<"$declared") functions exported"
+echo "soname libtagspace.so.1, no rpath, UCX only as NEEDED libucp.so.0; $(wc -l <<<"$declared") functions exported"
 
 echo "--- the headers compile on their own (C99 and C11 pedantic, C++17)"
 for std in c99 c11; do
@@ -34,6 +40,8 @@ echo '#include <tagspace.hpp>' | c++ -std=c++17 -pedantic -Wall -Wextra -Werror 
 
 echo "--- build the hosts (system compilers, system UCX $(pkg-config --modversion ucx))"
 cc -std=c11 -O2 -Wall -Wextra -Werror capi/c/host.c -o "$work/c-host" \
+  $(pkg-config --cflags --libs tagspace ucx)
+cc -std=c11 -O2 -Wall -Wextra -Werror capi/c/adopt.c -o "$work/c-adopt" \
   $(pkg-config --cflags --libs tagspace ucx)
 cc -std=c11 -O2 -Wall -Wextra -Werror capi/c/bench.c -o "$work/c-bench" \
   $(pkg-config --cflags --libs tagspace ucx)
@@ -54,11 +62,18 @@ run "$work/c-host" --procs 3 --rounds 200
 run env UCX_TLS=tcp "$work/cpp-host" --rounds 300
 run env UCX_TLS=shm,self "$work/cpp-host" --rounds 300
 run env UCX_TLS=shm,self "$work/c-host-static" --procs 2 --rounds 100
+# Host mode: tagspace adopts each process's worker and endpoints (dynamic names, handshake,
+# routing for the host's own sends).
+run env UCX_TLS=tcp "$work/c-adopt" --procs 2 --rounds 300
+run env UCX_TLS=shm,self "$work/c-adopt" --procs 4 --rounds 300
+run "$work/c-adopt" --procs 3 --rounds 200
 # The host's UCX is whichever libucp the host loads: the same binaries against UCX 1.22 (PyPI's
 # libucx-cu12 wheel), built against the system's 1.13 headers.
 wheel=$(scripts/ucx-lib.sh wheel)
 run env LD_LIBRARY_PATH="$wheel:$LD_LIBRARY_PATH" UCX_TLS=shm,self "$work/c-host" --procs 4 --rounds 200
 run env LD_LIBRARY_PATH="$wheel:$LD_LIBRARY_PATH" UCX_TLS=tcp "$work/cpp-host" --rounds 200
+run env LD_LIBRARY_PATH="$wheel:$LD_LIBRARY_PATH" UCX_TLS=shm,self "$work/c-adopt" --procs 4 --rounds 200
+run env LD_LIBRARY_PATH="$wheel:$LD_LIBRARY_PATH" UCX_TLS=tcp "$work/c-adopt" --procs 2 --rounds 200
 echo "--- data-path benchmark (ratios against raw libucp in the same run)"
 if [ "${CAPI_BENCH:-quick}" = full ]; then
   for tls in shm,self tcp; do run env UCX_TLS=$tls "$work/c-bench"; done

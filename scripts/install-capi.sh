@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the C ABI (capi/) and installs it under PREFIX: lib/libtagspace.so.1 (+ the
 # libtagspace.so link for the linker), lib/libtagspace.a, include/tagspace.h and tagspace.hpp,
-# and lib/pkgconfig/tagspace.pc. The library does not link UCX: a host uses its own libucp.
+# and lib/pkgconfig/tagspace.pc. The library needs libucp.so.0 (no rpath, nothing of UCX
+# bundled): it uses whichever libucp the host loads.
 #   scripts/install-capi.sh PREFIX        (e.g. /usr/local, or a staging directory)
 set -euo pipefail
 cd "$(dirname "$0")/.."

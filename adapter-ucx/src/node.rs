@@ -473,6 +473,10 @@ pub struct Node {
     /// Host mode: one exact receive per awaited withdrawal-ack tag (no wildcard over the
     /// control namespace, where a host library's random tags may fall).
     ack_exact: HashMap<u64, Request>,
+    /// Host mode: the host's endpoints attached and not yet detached (or reported failed),
+    /// whether or not their connection is still up (a peer's CLOSE ends the connection, not
+    /// the attachment).
+    attached: std::collections::HashSet<EpKey>,
     /// Host mode: control frames from endpoints not attached yet, oldest first.
     unattached: VecDeque<(EpKey, Vec<u8>)>,
     unattached_bytes: usize,
@@ -611,6 +615,7 @@ impl Node {
             unpin_pending: Vec::new(),
             host,
             ack_exact: HashMap::new(),
+            attached: std::collections::HashSet::new(),
             unattached: VecDeque::new(),
             unattached_bytes: 0,
         };
@@ -858,11 +863,15 @@ impl Node {
             return Err(NodeError::Usage("the host's endpoint handle is NULL"));
         }
         let key = EpKey::of(ep);
-        if self.conns.iter().any(|c| c.key == key && c.ep.is_some())
-            || self.closing.iter().any(|c| c.key == key)
-        {
+        if self.attached.contains(&key) {
             return Err(NodeError::Usage("this endpoint is already attached"));
         }
+        if let Some(j) = self.closing.iter().position(|c| c.key == key) {
+            // A reused address: the old endpoint's leftovers are tagspace's no more.
+            let c = self.closing.swap_remove(j);
+            drop(c.waits);
+        }
+        self.attached.insert(key);
         // SAFETY: the caller's promise.
         let ep = unsafe { Endpoint::borrow(&self.worker, ep) };
         self.add_conn(ep, side);
@@ -885,9 +894,15 @@ impl Node {
     /// sent on `ep` before this returns: close the endpoint in order, not forced, for the peer
     /// to see it), libraries hear [`PeerEvent::Down`] if it was the peer's last connection, and
     /// sends still in flight on it end with [`NodeError::PeerDown`] (their buffers stay parked
-    /// until UCX ends them). tagspace makes no UCX call on `ep` after this returns.
+    /// until UCX ends them). tagspace makes no UCX call on `ep` after this returns. Detach
+    /// every attached endpoint before closing it, also after the peer closed the connection
+    /// ([`PeerEvent::Down`]); one reported with [`peer_failed`](Self::peer_failed) is
+    /// detached already.
     pub fn detach(&mut self, ep: sys::ucp_ep_h) -> Result<(), NodeError> {
         let key = EpKey::of(ep);
+        if !self.attached.remove(&key) {
+            return Err(NodeError::Usage("this endpoint is not attached"));
+        }
         let detached = UcxError {
             op: "endpoint detached by the host",
             status: Status::CANCELED,
@@ -901,8 +916,6 @@ impl Node {
                 ConnState::Open => self.cut_off(i, Some(CloseReason::Normal)),
                 _ => self.retire_ep(i),
             }
-        } else if !self.closing.iter().any(|c| c.key == key) {
-            return Err(NodeError::Usage("this endpoint is not attached"));
         }
         if let Some(j) = self.closing.iter().position(|c| c.key == key) {
             let c = self.closing.swap_remove(j);
@@ -916,10 +929,11 @@ impl Node {
     /// Host mode: the host's endpoint `ep` failed with UCX status `status` (what its error
     /// handler was given). Handled as tagspace's own error handler would be (D3): operations
     /// on it fail, the peer goes down if this was its last connection. tagspace makes no
-    /// further UCX call on `ep`, and never closes it: the host does. An endpoint that is not
-    /// attached is ignored.
+    /// further UCX call on `ep`, and never closes it: the host does (no
+    /// [`detach`](Self::detach) needed). An endpoint that is not attached is ignored.
     pub fn peer_failed(&mut self, ep: sys::ucp_ep_h, status: i8) {
         let key = EpKey::of(ep);
+        self.attached.remove(&key);
         let status = match Status::from_code(status) {
             s if s.is_ok() => Status::from_code(-25), // a "failure" without a cause: reset
             s => s,

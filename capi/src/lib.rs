@@ -1,21 +1,22 @@
 //! The C ABI of tagspace: `libtagspace.so` / `libtagspace.a` and `include/tagspace.h` (generated
 //! by cbindgen from this file; `tests/header.rs` fails when the committed header is stale).
 //!
-//! What it covers today is the transport-free half of tagspace, which a C or C++ host needs to
-//! keep its libraries' tags apart on a worker it owns: registries (the process-global one or a
-//! private one with its own layout), namespace registration and release (dynamic, well-known and
-//! static ids), tags and matchers (UCX tag + mask, libfabric tag + ignore), Active-Message ids,
-//! decoding a tag, checking which namespaces a foreign library's tag pattern can reach, and a
-//! registry's counters. The host sends and receives with its own `ucp_tag_send_nbx` /
-//! `ucp_tag_recv_nbx` using these tags, so the data path costs what raw UCX costs plus one call
-//! that does a shift, an or and one compare.
+//! Two halves:
+//! - **Transport-free** (this file): registries (the process-global one or a private one with
+//!   its own layout), namespace registration and release (dynamic, well-known and static ids),
+//!   tags and matchers (UCX tag + mask, libfabric tag + ignore), Active-Message ids, decoding a
+//!   tag, checking which namespaces a foreign library's tag pattern can reach, and a registry's
+//!   counters. Two processes agree on ids here only through well-known names or static
+//!   registration (`tagspace_register_at`).
+//! - **Host mode** (`node.rs`, `tagspace_node_*`): a tagspace node on the host's own worker and
+//!   endpoints — adopt, attach, detach, peer_failed, shutdown, free — with the control-plane
+//!   handshake, so dynamic names work across processes; `tagspace_node_route` gives the host's
+//!   endpoint and the tag for (library, peer, payload), which the host passes to its own
+//!   `ucp_tag_send_nbx` (its data path stays raw UCX); `tagspace_node_matcher` for receives; a
+//!   peer-event poll and counters.
 //!
-//! **Not here yet** (issue 12, after the engine of issue 11): adopting a host's worker and
-//! endpoints (`adopt`/`attach`/`detach`/`peer_failed`/`shutdown`), the control-plane handshake
-//! that learns each peer's ids for dynamic names, routing and the event poll. Until then two
-//! processes agree on ids only through well-known names (fixed in every process) or static
-//! registration (`tagspace_register_at`, the same assignments compiled into both sides). This
-//! library does not link UCX at all.
+//! The library needs `libucp.so.0` (linked without an rpath, so a host's UCX is the one used;
+//! nothing of UCX is bundled).
 //!
 //! # Conventions
 //! - Every call that can fail returns a `tagspace_status_t` (`TAGSPACE_OK` = 0, or a
@@ -32,6 +33,9 @@
 #![deny(missing_docs)]
 // The C names are the ABI; they follow C conventions, not Rust's.
 #![allow(non_camel_case_types)]
+
+mod node;
+pub use node::*;
 
 use std::cell::RefCell;
 use std::ffi::{c_char, CStr, CString};
@@ -408,6 +412,11 @@ pub extern "C" fn tagspace_strerror(status: tagspace_status_t) -> *const c_char 
         TAGSPACE_ERR_RESERVED_INBOX => c"the payload is reserved for the namespace inbox",
         TAGSPACE_ERR_NOT_FOUND => c"not found",
         TAGSPACE_ERR_GLOBAL_IN_USE => c"the global registry already uses another layout",
+        TAGSPACE_ERR_UCX => c"a UCX call failed",
+        TAGSPACE_ERR_NOT_CONNECTED => c"no established connection to that peer",
+        TAGSPACE_ERR_NOT_ANNOUNCED => c"the peer has not registered that library's name yet",
+        TAGSPACE_ERR_MISUSE => c"the call does not fit the node's state",
+        TAGSPACE_ERR_NO_SUCH_LIBRARY => c"no such library on this node",
         TAGSPACE_ERR_INTERNAL => c"internal error in tagspace",
         _ => c"unknown tagspace status code",
     };
@@ -615,8 +624,6 @@ pub unsafe extern "C" fn tagspace_registry_info(
     guard(|| {
         // SAFETY: the caller's contract.
         let r = unsafe { arg(reg, "reg") }?.get();
-        // SAFETY: the caller's contract; only the leading `struct_size` field is read.
-        let size = *unsafe { arg(info.cast::<u32>().cast_const(), "info") }? as usize;
         let f = r.layout().namespace_field();
         let v = tagspace_registry_info_t {
             struct_size: 0,
@@ -630,27 +637,40 @@ pub unsafe extern "C" fn tagspace_registry_info(
             epoch: r.epoch(),
             layout_fingerprint: r.layout().fingerprint(),
         };
-        let n = size.min(std::mem::size_of::<tagspace_registry_info_t>());
-        if n < std::mem::size_of::<u32>() {
-            return Err(Fail::new(
-                TAGSPACE_ERR_BAD_STRUCT_SIZE,
-                format!("info->struct_size is {size}: set it to sizeof(tagspace_registry_info_t)"),
-            ));
-        }
-        let v = tagspace_registry_info_t {
-            struct_size: n as u32,
-            ..v
-        };
-        // SAFETY: `n` bytes fit in the caller's struct, and `n` is within ours.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                (&v as *const tagspace_registry_info_t).cast::<u8>(),
-                info.cast::<u8>(),
-                n,
-            )
-        };
-        Ok(())
+        // SAFETY: the caller's contract.
+        unsafe { copy_versioned(info, "info", &v) }
     })
+}
+
+/// Writes `v` into the caller's struct at `out`, whose leading `u32 struct_size` says how many
+/// bytes the caller's version has: at most that many bytes are written (fields are only ever
+/// appended), and `struct_size` is set to the number written.
+///
+/// # Safety
+/// `T` is `repr(C)` and starts with a `u32 struct_size`; `out` is `NULL` or points to at
+/// least `out->struct_size` writable bytes.
+unsafe fn copy_versioned<T: Copy>(out: *mut T, what: &str, v: &T) -> Result<(), Fail> {
+    // SAFETY: the caller's contract; only the leading `struct_size` field is read.
+    let size = *unsafe { arg(out.cast::<u32>().cast_const(), what) }? as usize;
+    let n = size.min(std::mem::size_of::<T>());
+    if n < std::mem::size_of::<u32>() {
+        return Err(Fail::new(
+            TAGSPACE_ERR_BAD_STRUCT_SIZE,
+            format!(
+                "{what}->struct_size is {size}: set it to sizeof({})",
+                std::any::type_name::<T>()
+                    .rsplit("::")
+                    .next()
+                    .unwrap_or("the struct")
+            ),
+        ));
+    }
+    // SAFETY: `n` bytes fit in the caller's struct and lie within `v`; then the leading u32.
+    unsafe {
+        std::ptr::copy_nonoverlapping((v as *const T).cast::<u8>(), out.cast::<u8>(), n);
+        out.cast::<u32>().write(n as u32);
+    }
+    Ok(())
 }
 
 // ---- namespaces -----------------------------------------------------------------------------

@@ -69,6 +69,11 @@ fn every_status_has_a_description() {
         TAGSPACE_ERR_RESERVED_INBOX,
         TAGSPACE_ERR_NOT_FOUND,
         TAGSPACE_ERR_GLOBAL_IN_USE,
+        TAGSPACE_ERR_UCX,
+        TAGSPACE_ERR_NOT_CONNECTED,
+        TAGSPACE_ERR_NOT_ANNOUNCED,
+        TAGSPACE_ERR_MISUSE,
+        TAGSPACE_ERR_NO_SUCH_LIBRARY,
         TAGSPACE_ERR_INTERNAL,
     ] {
         assert_ne!(strerror(code), strerror(-12345), "code {code}");
@@ -440,4 +445,95 @@ fn namespaces_are_registered_and_used_from_many_threads() {
     });
     // SAFETY: valid handle, no other users left.
     unsafe { tagspace_registry_free(reg) };
+}
+
+#[test]
+fn node_calls_check_their_arguments() {
+    use std::ffi::c_void;
+    let mut node: *mut tagspace_node_t = null_mut();
+    let mut ucs = 7;
+    // SAFETY: every pointer below is NULL, a live local, or the node made here.
+    unsafe {
+        let rc = tagspace_node_adopt(null_mut(), null(), null(), &mut node, &mut ucs);
+        assert_eq!(rc, TAGSPACE_ERR_MISUSE);
+        assert!(last_error().contains("NULL"), "{}", last_error());
+        assert!(node.is_null());
+        assert_eq!(ucs, 0);
+        // A worker owned elsewhere (here by tagspace's own wrapper) stands in for a host's.
+        let w = tagspace_ucx::ucp::Worker::new(&tagspace_ucx::ucp::Config::tcp()).unwrap();
+        let raw = w.as_raw().cast::<c_void>();
+        let mut opts = std::mem::zeroed::<tagspace_node_options_t>();
+        opts.struct_size = 4;
+        let rc = tagspace_node_adopt(raw, null(), &opts, &mut node, null_mut());
+        assert_eq!(rc, TAGSPACE_ERR_BAD_STRUCT_SIZE);
+        tagspace_node_options_init(&mut opts);
+        opts.progress = 9;
+        let rc = tagspace_node_adopt(raw, null(), &opts, &mut node, null_mut());
+        assert_eq!(rc, TAGSPACE_ERR_MISUSE);
+        assert!(last_error().contains("progress"), "{}", last_error());
+        tagspace_node_options_init(&mut opts);
+        opts.progress = TAGSPACE_PROGRESS_NODE;
+        let mut reg = null_mut();
+        let mut lo = std::mem::zeroed::<tagspace_layout_options_t>();
+        tagspace_layout_options_init(&mut lo);
+        assert_eq!(tagspace_registry_new(&lo, &mut reg), TAGSPACE_OK);
+        let rc = tagspace_node_adopt(raw, reg, &opts, &mut node, null_mut());
+        assert_eq!(rc, TAGSPACE_OK, "{}", last_error());
+        tagspace_registry_free(reg); // the node keeps its registry alive
+        let mut info = tagspace_node_info_t {
+            struct_size: std::mem::size_of::<tagspace_node_info_t>() as u32,
+            ..Default::default()
+        };
+        assert_eq!(tagspace_node_info(node, &mut info), TAGSPACE_OK);
+        assert_eq!(info.progress, TAGSPACE_PROGRESS_NODE);
+        assert_ne!(info.token, 0);
+        let mut lib = 0;
+        assert_eq!(
+            tagspace_node_register(node, c"dask-shuffle".as_ptr(), &mut lib),
+            TAGSPACE_OK
+        );
+        let (mut ep, mut tag) = (null_mut(), 0);
+        let rc = tagspace_node_route(node, lib, 0x1234, 5, &mut ep, &mut tag);
+        assert_eq!(rc, TAGSPACE_ERR_NOT_CONNECTED);
+        let mut m = tagspace_matcher_t::default();
+        assert_eq!(tagspace_node_matcher(node, lib, 5, &mut m), TAGSPACE_OK);
+        assert_eq!(m.mask, u64::MAX);
+        assert_eq!(
+            tagspace_node_matcher(node, 77, 5, &mut m),
+            TAGSPACE_ERR_NO_SUCH_LIBRARY
+        );
+        let mut ev = tagspace_peer_event_t::default();
+        assert_eq!(tagspace_node_listen(node, lib), TAGSPACE_OK);
+        assert_eq!(tagspace_node_poll_event(node, lib, &mut ev), TAGSPACE_OK);
+        assert_eq!(ev.kind, TAGSPACE_EVENT_NONE);
+        assert_eq!(
+            tagspace_node_attach(node, 0x1000 as *mut c_void, 5),
+            TAGSPACE_ERR_MISUSE
+        );
+        assert_eq!(
+            tagspace_node_detach(node, 0x1000 as *mut c_void),
+            TAGSPACE_ERR_MISUSE
+        );
+        let mut busy = -1;
+        assert_eq!(tagspace_node_progress(node, &mut busy), TAGSPACE_OK);
+        assert!(busy == 0 || busy == 1);
+        let mut stats = tagspace_node_stats_t {
+            struct_size: 8, // an older caller's struct: only what fits is written
+            ..Default::default()
+        };
+        assert_eq!(tagspace_node_stats(node, &mut stats), TAGSPACE_OK);
+        assert_eq!(stats.struct_size, 8);
+        assert_eq!(tagspace_node_release(node, lib), TAGSPACE_OK);
+        assert_eq!(
+            tagspace_node_release(node, lib),
+            TAGSPACE_ERR_NO_SUCH_LIBRARY
+        );
+        assert_eq!(tagspace_node_shutdown(node, 100), TAGSPACE_OK);
+        tagspace_node_free(node);
+        assert_eq!(
+            tagspace_node_progress(null_mut(), null_mut()),
+            TAGSPACE_ERR_NULL_ARGUMENT
+        );
+        drop(w);
+    }
 }

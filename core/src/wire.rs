@@ -208,6 +208,11 @@ pub enum CloseReason {
 }
 
 impl CloseReason {
+    /// The reason's byte on the wire (0 `Normal` … 6 `Unresponsive`; others kept as they came).
+    pub const fn code(self) -> u8 {
+        self.to_byte()
+    }
+
     const fn to_byte(self) -> u8 {
         match self {
             CloseReason::Normal => 0,
