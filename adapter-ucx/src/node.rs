@@ -400,6 +400,59 @@ pub fn fresh_identity() -> Arc<Identity> {
     Arc::new(Identity::from_seed(&seed))
 }
 
+/// The hash of the send path's peer index: a folded 128-bit multiply of the token with two
+/// per-node random keys (as foldhash does), about 1 ns against SipHash's 15–20 — the index is
+/// looked up on every routed send (`route_tag`, and through the C ABI's `tagspace_node_route`).
+/// Keyed, because tokens come from peers' keys, which a peer chooses: with a fixed hash it
+/// could pick tokens that share a bucket.
+#[derive(Clone, Copy)]
+struct TokenHash([u64; 2]);
+
+impl TokenHash {
+    fn new() -> TokenHash {
+        let mut k = [0u8; 16];
+        // Without OS randomness, fall back to an address and the time (weaker, still per node).
+        if getrandom::fill(&mut k).is_err() {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            let here = &t as *const u64 as u64;
+            k[..8].copy_from_slice(&(here ^ t).to_le_bytes());
+            k[8..].copy_from_slice(&t.rotate_left(17).to_le_bytes());
+        }
+        let a = u64::from_le_bytes(k[..8].try_into().unwrap_or_default());
+        let b = u64::from_le_bytes(k[8..].try_into().unwrap_or_default());
+        TokenHash([a, b | 1])
+    }
+}
+
+impl std::hash::BuildHasher for TokenHash {
+    type Hasher = TokenHasher;
+    fn build_hasher(&self) -> TokenHasher {
+        TokenHasher { keys: self.0, h: 0 }
+    }
+}
+
+struct TokenHasher {
+    keys: [u64; 2],
+    h: u64,
+}
+
+impl std::hash::Hasher for TokenHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(u64::from(*b) ^ self.h.rotate_left(8));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        let p = u128::from(v ^ self.keys[0]) * u128::from(self.keys[1]);
+        self.h = (p as u64) ^ ((p >> 64) as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.h
+    }
+}
+
 /// Who calls `ucp_worker_progress` on a worker a host owns ([`Node::adopt`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HostProgress {
@@ -435,7 +488,7 @@ pub struct Node {
     /// Peer token → index of a connection serving it: a hint for the send path, rebuilt when a
     /// connection's state changes and verified on use (a stale or missing entry falls back to
     /// the scan), so that a send does not scan every connection.
-    serving: HashMap<u64, usize>,
+    serving: HashMap<u64, usize, TokenHash>,
     libs: Vec<Option<Lib>>,
     /// Peers whose every connection is gone and forgotten (closed connections are removed from
     /// `conns`, D5): how each went (a failure wins over an orderly close), oldest first in
@@ -592,7 +645,7 @@ impl Node {
             listener,
             control_am,
             conns: Vec::new(),
-            serving: HashMap::new(),
+            serving: HashMap::with_hasher(TokenHash::new()),
             libs: Vec::new(),
             gone: HashMap::new(),
             gone_order: VecDeque::new(),

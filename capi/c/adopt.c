@@ -56,6 +56,17 @@ static void pump(ucp_worker_h w, tagspace_node_t *node)
     ts_check(tagspace_node_progress(node, NULL), "tagspace_node_progress");
 }
 
+struct pump_arg {
+    ucp_worker_h w;
+    tagspace_node_t *node;
+};
+
+static void pump_cb(void *arg)
+{
+    struct pump_arg *a = arg;
+    pump(a->w, a->node);
+}
+
 static void wait_files(const char *dir, const char *what, ucp_worker_h w, tagspace_node_t *node)
 {
     char path[4096];
@@ -127,22 +138,10 @@ static int rank_main(const char *dir)
                      "tagspace_node_attach");
 
     /* Who is who: tokens through files (a runtime has its own rank exchange). */
-    char path[4096];
-    snprintf(path, sizeof path, "%s/token.%d", dir, rank_);
-    FILE *f = fopen(path, "w");
-    if (!f || fprintf(f, "%" PRIx64, info.token) < 0 || fclose(f) != 0) DIE("write %s", path);
-    uint64_t token[MAX_PROCS] = {0};
+    uint64_t token[MAX_PROCS];
+    struct pump_arg pa = {w, node};
+    exchange_u64(dir, "token", info.token, token, pump_cb, &pa);
     double deadline = now_s() + DEADLINE_S;
-    for (int r = 0; r < nprocs_; r++) {
-        if (r == rank_) continue;
-        snprintf(path, sizeof path, "%s/token.%d", dir, r);
-        while (!(f = fopen(path, "r")) || fscanf(f, "%" SCNx64, &token[r]) != 1) {
-            if (f) fclose(f);
-            pump(w, node);
-            if (now_s() > deadline) DIE("rank %d never published its token", r);
-        }
-        fclose(f);
-    }
     /* Every peer's three libraries routable (handshake done, names announced). */
     for (int r = 0; r < nprocs_; r++) {
         for (int l = 0; r != rank_ && l < 3; l++) {

@@ -1,6 +1,8 @@
 /* What a host pays for tagspace on its own data path: its ucp_tag_send_nbx / ucp_tag_recv_nbx
- * with tags from the C ABI (one tagspace_tag call per send, one tagspace_matcher_exact call per
- * receive) against the same calls with a fixed tag. Two processes on the host's own worker.
+ * routed through the C ABI's host mode (tagspace adopted the host's worker and endpoint; one
+ * tagspace_node_route call per send — the endpoint and the peer's tag for a dynamic name — and
+ * one tagspace_node_matcher call per receive) against the same calls with a fixed tag. Two
+ * processes on the host's own worker.
  * Blocks of the two variants alternate, so the machine's noise falls on both; the report is the
  * median block of each and their ratio (tagspace / raw: latency wants <= 1.03, bandwidth
  * >= 0.98). Transport: whatever UCX_TLS selects.
@@ -12,17 +14,24 @@
 #define ACK_TAG 0xacull
 #define MAX_WINDOW 64
 
-static tagspace_namespace_t *ns_;
+static tagspace_node_t *node_;
+static uint32_t lib_;
+static uint64_t peer_;
 static ucp_worker_h w_;
 static ucp_ep_h ep_;
 static char *buf_;
 static int quick_;
 
-/* The tag to send with: fixed, or built through the C ABI each time. */
-static uint64_t send_tag(int ts)
+/* The endpoint and tag to send with: the fixed ones, or routed through the C ABI each time. */
+static uint64_t send_tag(int ts, ucp_ep_h *ep)
 {
     uint64_t t = RAW_TAG;
-    if (ts) ts_check(tagspace_tag(ns_, RAW_TAG, &t), "tagspace_tag");
+    *ep = ep_;
+    if (ts) {
+        void *e;
+        ts_check(tagspace_node_route(node_, lib_, peer_, RAW_TAG, &e, &t), "tagspace_node_route");
+        *ep = e;
+    }
     return t;
 }
 
@@ -31,11 +40,19 @@ static uint64_t recv_tag(int ts)
 {
     if (!ts) return RAW_TAG;
     tagspace_matcher_t m;
-    ts_check(tagspace_matcher_exact(ns_, RAW_TAG, &m), "tagspace_matcher_exact");
+    ts_check(tagspace_node_matcher(node_, lib_, RAW_TAG, &m), "tagspace_node_matcher");
     return m.tag;
 }
 
-static void post_send(pending_t *p, uint64_t tag, size_t len)
+static void post_send(pending_t *p, int ts, size_t len)
+{
+    ucp_ep_h ep;
+    uint64_t tag = send_tag(ts, &ep);
+    ucp_request_param_t rq = send_param(p);
+    start(ucp_tag_send_nbx(ep, buf_, len, tag, &rq), p, "ucp_tag_send_nbx");
+}
+
+static void post_send_fixed(pending_t *p, uint64_t tag, size_t len)
 {
     ucp_request_param_t rq = send_param(p);
     start(ucp_tag_send_nbx(ep_, buf_, len, tag, &rq), p, "ucp_tag_send_nbx");
@@ -54,14 +71,14 @@ static double latency_block(int ts, size_t len, int iters)
     double t0 = now_s();
     for (int i = 0; i < iters; i++) {
         if (rank_ == 0) {
-            post_send(&p, send_tag(ts), len);
+            post_send(&p, ts, len);
             wait_all(w_, &p, 1, "ping");
             post_recv(&p, recv_tag(ts), len);
             wait_all(w_, &p, 1, "pong");
         } else {
             post_recv(&p, recv_tag(ts), len);
             wait_all(w_, &p, 1, "ping");
-            post_send(&p, send_tag(ts), len);
+            post_send(&p, ts, len);
             wait_all(w_, &p, 1, "pong");
         }
     }
@@ -77,15 +94,40 @@ static double bandwidth_block(int ts, size_t len, int n, int window)
     for (int done = 0; done < n; done += window) {
         int k = n - done < window ? n - done : window;
         for (int j = 0; j < k; j++) {
-            if (rank_ == 0) post_send(&p[j], send_tag(ts), len);
+            if (rank_ == 0) post_send(&p[j], ts, len);
             else post_recv(&p[j], recv_tag(ts), len);
         }
         wait_all(w_, p, k, "stream");
     }
     if (rank_ == 0) post_recv(&ack, ACK_TAG, 1);
-    else post_send(&ack, ACK_TAG, 1);
+    else post_send_fixed(&ack, ACK_TAG, 1);
     wait_all(w_, &ack, 1, "ack");
     return (double)len * n / (now_s() - t0) / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b);
+static double median(double *v, int n);
+
+/* The routing call alone (ns per call, median of blocks). */
+static void route_cost(void)
+{
+    const int blocks = quick_ ? 2 : 15, n = quick_ ? 100000 : 2000000;
+    double v[16];
+    volatile uint64_t sink = 0;
+    for (int b = 0; b < blocks; b++) {
+        double t0 = now_s();
+        for (int i = 0; i < n; i++) {
+            void *e;
+            uint64_t t;
+            ts_check(tagspace_node_route(node_, lib_, peer_, (uint64_t)i, &e, &t), "route");
+            sink += t;
+        }
+        v[b] = (now_s() - t0) * 1e9 / n;
+    }
+    (void)sink;
+    printf("%-22s tagspace_node_route %6.2f ns (endpoint and peer's tag for a dynamic name)\n",
+           "routing one message", median(v, blocks));
+    fflush(stdout);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -107,16 +149,54 @@ static void report(const char *what, double *raw, double *ts, int blocks, const 
     printf("%-22s raw %10.2f %s   tagspace %10.2f %s   ratio %.3f (%s)\n", what, r, unit, t, unit, t / r, want);
 }
 
+static void pump_cb(void *arg)
+{
+    (void)arg;
+    ucp_worker_progress(w_);
+    ts_check(tagspace_node_progress(node_, NULL), "tagspace_node_progress");
+}
+
 static int rank_main(const char *dir)
 {
-    tagspace_registry_t *reg;
-    ts_check(tagspace_registry_global(&reg), "tagspace_registry_global");
-    ts_check(tagspace_register(reg, "bench.lib", &ns_), "tagspace_register");
     ucp_context_h ctx;
-    ucx_open(UCP_FEATURE_TAG, &ctx, &w_);
+    ucx_open(UCP_FEATURE_TAG | UCP_FEATURE_AM, &ctx, &w_);
     ucp_ep_h eps[MAX_PROCS];
     connect_all(dir, w_, eps);
     ep_ = eps[1 - rank_];
+    /* tagspace on the host's worker and endpoint; no heartbeat during the measurement (the
+     * node is not progressed there: the host's data path is all that runs). */
+    tagspace_node_options_t o;
+    tagspace_node_options_init(&o);
+    o.heartbeat_interval_ms = 0;
+    ts_check(tagspace_node_adopt(w_, NULL, &o, &node_, NULL), "tagspace_node_adopt");
+    /* In a different order on each side, so "bench.lib" has a different id on each. */
+    uint32_t other;
+    if (rank_) ts_check(tagspace_node_register(node_, "bench.other", &other), "register");
+    ts_check(tagspace_node_register(node_, "bench.lib", &lib_), "tagspace_node_register");
+    if (!rank_) ts_check(tagspace_node_register(node_, "bench.other", &other), "register");
+    ts_check(tagspace_node_attach(node_, ep_,
+                                  rank_ == 0 ? TAGSPACE_SIDE_INITIATOR : TAGSPACE_SIDE_ACCEPTOR),
+             "tagspace_node_attach");
+    tagspace_node_info_t info;
+    info.struct_size = sizeof info;
+    ts_check(tagspace_node_info(node_, &info), "tagspace_node_info");
+    uint64_t tokens[2];
+    exchange_u64(dir, "token", info.token, tokens, pump_cb, NULL);
+    peer_ = tokens[1 - rank_];
+    double deadline = now_s() + DEADLINE_S;
+    for (;;) {
+        void *e;
+        uint64_t t;
+        tagspace_status_t rc = tagspace_node_route(node_, lib_, peer_, RAW_TAG, &e, &t);
+        if (rc == TAGSPACE_OK) break;
+        if (rc != TAGSPACE_ERR_NOT_CONNECTED && rc != TAGSPACE_ERR_NOT_ANNOUNCED)
+            ts_check(rc, "tagspace_node_route");
+        pump_cb(NULL);
+        if (now_s() > deadline) DIE("no route to the peer's bench.lib");
+    }
+    uint64_t done[2];
+    exchange_u64(dir, "routed", 1, done, pump_cb, NULL); /* both sides can route */
+    if (rank_ == 0) route_cost();
     buf_ = calloc(1, 1 << 20);
     if (!buf_) DIE("out of memory");
 
@@ -157,10 +237,10 @@ static int rank_main(const char *dir)
     rq = send_param(&p[1]);
     start(ucp_tag_send_nbx(ep_, &token, sizeof token, ACK_TAG + 1, &rq), &p[1], "barrier");
     wait_all(w_, p, 2, "barrier");
+    ts_check(tagspace_node_detach(node_, ep_), "tagspace_node_detach");
+    tagspace_node_free(node_);
     close_all(ctx, w_, eps);
     free(buf_);
-    tagspace_release(ns_);
-    tagspace_registry_free(reg);
     return 0;
 }
 

@@ -5,6 +5,7 @@
 #define TAGSPACE_C_COMMON_H
 
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -192,6 +193,31 @@ static inline void connect_all(const char *dir, ucp_worker_h w, ucp_ep_h *eps)
     }
 }
 
+/* Publishes `mine` as `dir/what.<rank>` and reads every other rank's into `all` (a runtime has
+ * its own rank exchange), calling `pump(arg)` while it waits. */
+static inline void exchange_u64(const char *dir, const char *what, uint64_t mine, uint64_t *all,
+                                void (*pump)(void *), void *arg)
+{
+    char path[4096], tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s/%s.%d.tmp", dir, what, rank_);
+    snprintf(path, sizeof path, "%s/%s.%d", dir, what, rank_);
+    FILE *f = fopen(tmp, "w");
+    if (!f || fprintf(f, "%" PRIx64, mine) < 0 || fclose(f) != 0) DIE("write %s", tmp);
+    if (rename(tmp, path) != 0) DIE("rename %s: %s", tmp, strerror(errno));
+    double deadline = now_s() + DEADLINE_S;
+    for (int r = 0; r < nprocs_; r++) {
+        all[r] = mine;
+        if (r == rank_) continue;
+        snprintf(path, sizeof path, "%s/%s.%d", dir, what, r);
+        while (!(f = fopen(path, "r")) || fscanf(f, "%" SCNx64, &all[r]) != 1) {
+            if (f) fclose(f);
+            pump(arg);
+            if (now_s() > deadline) DIE("rank %d never published its %s", r, what);
+        }
+        fclose(f);
+    }
+}
+
 /* Closes every endpoint without waiting on peers (call it after a barrier), then the worker. */
 static inline void close_all(ucp_context_h ctx, ucp_worker_h w, ucp_ep_h *eps)
 {
@@ -244,11 +270,14 @@ static inline int run_ranks(const char *prog, int (*body)(const char *dir))
             failed = 1;
         }
     }
-    char path[4096];
-    for (int r = 0; r < nprocs_; r++) {
-        snprintf(path, sizeof path, "%s/addr.%d", dir, r);
+    DIR *d = opendir(dir); /* the ranks' address, token and barrier files */
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         unlink(path);
     }
+    if (d) closedir(d);
     rmdir(dir);
     return failed;
 }

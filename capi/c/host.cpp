@@ -1,7 +1,9 @@
 // A C++17 host on its own UCX worker (plain libucp) using tagspace through tagspace.hpp: two
 // processes, two tagspace libraries ("ucc", "dask": well-known ids) and the host's own random
 // 64-bit tags, some forced into those libraries' namespace ids. Every receive is exact; each
-// message must arrive exactly once where its tag says.
+// message must arrive exactly once where its tag says. Then host mode through tagspace::Node:
+// tagspace adopts the same worker and endpoint, a dynamic name (a different id in each process)
+// is routed by the handshake, and the host sends on its own endpoint with the routed tag.
 //
 //   tagspace-cpp-host [--rounds R]
 #include <chrono>
@@ -133,7 +135,7 @@ int rank_main(int rank, const std::string &dir, uint32_t rounds)
     ucs_check(ucp_config_read(nullptr, nullptr, &cfg), "ucp_config_read");
     ucp_params_t pp{};
     pp.field_mask = UCP_PARAM_FIELD_FEATURES;
-    pp.features = UCP_FEATURE_TAG;
+    pp.features = UCP_FEATURE_TAG | UCP_FEATURE_AM; // AM: tagspace's control plane (host mode)
     ucp_context_h ctx = nullptr;
     ucs_check(ucp_init(&pp, cfg, &ctx), "ucp_init");
     ucp_config_release(cfg);
@@ -202,6 +204,66 @@ int rank_main(int rank, const std::string &dir, uint32_t rounds)
     auto sp = send_param(barrier[1]);
     start(ucp_tag_send_nbx(ep, &token, sizeof token, done_tag | rank, &sp), barrier[1], "barrier send");
     wait_all(w, barrier, "barrier");
+
+    // Host mode: tagspace on this worker and endpoint. "cpp.dynamic" gets a different id in
+    // each process (one side registers another name first): only the handshake can route it.
+    size_t routed = 0, routed_bad = 0;
+    {
+        auto node = tagspace::Node::adopt(w);
+        if (rank == 1) node.register_name("cpp.padding");
+        const uint32_t lib = node.register_name("cpp.dynamic");
+        node.attach(ep, rank == 0 ? TAGSPACE_SIDE_INITIATOR : TAGSPACE_SIDE_ACCEPTOR);
+        auto pump = [&] {
+            ucp_worker_progress(w);
+            node.progress();
+        };
+        const std::string tok = dir + "/token." + std::to_string(rank), peer_tok = dir + "/token." + std::to_string(peer);
+        {
+            std::ofstream(tok + ".tmp") << node.info().token;
+            if (std::rename((tok + ".tmp").c_str(), tok.c_str()) != 0) throw std::runtime_error("rename");
+        }
+        uint64_t peer_token = 0;
+        auto deadline = std::chrono::steady_clock::now() + kDeadline;
+        while (!(std::ifstream(peer_tok) >> peer_token)) {
+            pump();
+            if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("no peer token");
+        }
+        void *to = nullptr;
+        uint64_t tag = 0;
+        while (!node.try_route(lib, peer_token, 0, &to, &tag)) {
+            pump();
+            if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("no route");
+        }
+        if (to != static_cast<void *>(ep)) throw std::runtime_error("the route is not the host's endpoint");
+        std::vector<Msg> rin(rounds), rout(rounds);
+        std::vector<Op> rr(rounds), rs(rounds);
+        for (uint32_t s = 0; s < rounds; s++) {
+            auto m = node.matcher(lib, (uint64_t(peer) << 32) | s);
+            auto p = recv_param(rr[s]);
+            start(ucp_tag_recv_nbx(w, &rin[s], sizeof(Msg), m.tag, m.mask, &p), rr[s], "routed recv");
+        }
+        for (uint32_t s = 0; s < rounds; s++) {
+            if (!node.try_route(lib, peer_token, (uint64_t(rank) << 32) | s, &to, &tag))
+                throw std::runtime_error("route lost");
+            rout[s] = Msg{kMagic, 7, uint32_t(rank), s, 0};
+            auto p = send_param(rs[s]);
+            start(ucp_tag_send_nbx(static_cast<ucp_ep_h>(to), &rout[s], sizeof(Msg), tag, &p), rs[s], "routed send");
+        }
+        wait_all(w, rs, "routed sends");
+        wait_all(w, rr, "routed receives");
+        for (uint32_t s = 0; s < rounds; s++, routed++)
+            if (rin[s].magic != kMagic || rin[s].kind != 7 || rin[s].src != uint32_t(peer) || rin[s].seq != s)
+                routed_bad++;
+        std::vector<Op> b2(2);
+        auto rp2 = recv_param(b2[0]);
+        start(ucp_tag_recv_nbx(w, &got, sizeof got, (done_tag + 2) | peer, ~0ull, &rp2), b2[0], "barrier 2");
+        auto sp2 = send_param(b2[1]);
+        start(ucp_tag_send_nbx(ep, &token, sizeof token, (done_tag + 2) | rank, &sp2), b2[1], "barrier 2");
+        wait_all(w, b2, "barrier 2");
+        node.detach(ep);
+    } // the node goes before the endpoint and the worker
+    bad += routed_bad;
+
     ucp_tag_recv_info_t left{};
     ucp_worker_progress(w);
     const bool leftover = ucp_tag_probe_nb(w, 0, 0, 0, &left) != nullptr;
@@ -215,9 +277,9 @@ int rank_main(int rank, const std::string &dir, uint32_t rounds)
     }
     ucp_worker_destroy(w);
     ucp_cleanup(ctx);
-    std::printf("rank %d (C++): %zu messages (ucc id %u, dask id %u, host random tags inside them), "
-                "misdelivered %zu, left over %d\n",
-                rank, n, libs[0].id(), libs[1].id(), bad, int(leftover));
+    std::printf("rank %d (C++): %zu messages (ucc id %u, dask id %u, host random tags inside them) "
+                "+ %zu routed in host mode (dynamic name), misdelivered %zu, left over %d\n",
+                rank, n, libs[0].id(), libs[1].id(), routed, bad, int(leftover));
     return bad == 0 && !leftover ? 0 : 1;
 }
 
@@ -269,7 +331,8 @@ int main(int argc, char **argv)
         int st = 0;
         if (waitpid(pids[r], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) failed = 1;
     }
-    for (int r = 0; r < 2; r++) unlink((std::string(dir) + "/addr." + std::to_string(r)).c_str());
+    for (int r = 0; r < 2; r++)
+        for (const char *f : {"/addr.", "/token."}) unlink((std::string(dir) + f + std::to_string(r)).c_str());
     rmdir(dir);
     std::printf("%s: 2 processes, %u rounds: %s\n", argv[0], rounds, failed ? "FAILED" : "ok");
     return failed;

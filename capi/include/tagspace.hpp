@@ -188,6 +188,111 @@ class Registry {
     tagspace_registry_t *reg_;
 };
 
+// tagspace on a host's own worker and endpoints (host mode). The host keeps its worker and
+// endpoints (tagspace never destroys or closes them); destroy the Node before the worker, and
+// detach each endpoint before closing it. One thread at a time per Node.
+//
+//   auto node = tagspace::Node::adopt(worker);                   // the host keeps progressing
+//   uint32_t lib = node.register_name("shuffle");
+//   node.attach(ep, rank < peer_rank ? TAGSPACE_SIDE_INITIATOR : TAGSPACE_SIDE_ACCEPTOR);
+//   void *to; uint64_t tag;
+//   if (node.try_route(lib, peer_token, payload, &to, &tag))     // ucp_tag_send_nbx(to, ..., tag)
+class Node {
+  public:
+    static Node adopt(void *ucp_worker, uint32_t progress = TAGSPACE_PROGRESS_HOST,
+                      const Registry *reg = nullptr)
+    {
+        tagspace_node_options_t o;
+        tagspace_node_options_init(&o);
+        o.progress = progress;
+        tagspace_node_t *n = nullptr;
+        int ucs = 0;
+        detail::check(tagspace_node_adopt(ucp_worker, reg ? reg->get() : nullptr, &o, &n, &ucs),
+                      "tagspace_node_adopt");
+        return Node(n);
+    }
+    Node(Node &&o) noexcept : node_(std::exchange(o.node_, nullptr)) {}
+    Node &operator=(Node &&o) noexcept
+    {
+        if (this != &o) {
+            tagspace_node_free(node_);
+            node_ = std::exchange(o.node_, nullptr);
+        }
+        return *this;
+    }
+    Node(const Node &) = delete;
+    Node &operator=(const Node &) = delete;
+    ~Node() { tagspace_node_free(node_); }
+
+    void attach(void *ucp_ep, uint32_t side)
+    {
+        detail::check(tagspace_node_attach(node_, ucp_ep, side), "tagspace_node_attach");
+    }
+    void detach(void *ucp_ep) { detail::check(tagspace_node_detach(node_, ucp_ep), "tagspace_node_detach"); }
+    void peer_failed(void *ucp_ep, int ucs_status)
+    {
+        detail::check(tagspace_node_peer_failed(node_, ucp_ep, ucs_status), "tagspace_node_peer_failed");
+    }
+    bool progress()
+    {
+        int busy = 0;
+        detail::check(tagspace_node_progress(node_, &busy), "tagspace_node_progress");
+        return busy != 0;
+    }
+    void shutdown(uint32_t timeout_ms)
+    {
+        detail::check(tagspace_node_shutdown(node_, timeout_ms), "tagspace_node_shutdown");
+    }
+    uint32_t register_name(const std::string &name)
+    {
+        uint32_t lib = 0;
+        detail::check(tagspace_node_register(node_, name.c_str(), &lib), "tagspace_node_register");
+        return lib;
+    }
+    void release(uint32_t lib) { detail::check(tagspace_node_release(node_, lib), "tagspace_node_release"); }
+    void listen(uint32_t lib) { detail::check(tagspace_node_listen(node_, lib), "tagspace_node_listen"); }
+    // The host's endpoint and the tag for `payload` to `lib` on `peer`; false while the
+    // handshake with the peer or its announcement of the name is still to come.
+    bool try_route(uint32_t lib, uint64_t peer, uint64_t payload, void **ucp_ep, uint64_t *tag) const
+    {
+        tagspace_status_t rc = tagspace_node_route(node_, lib, peer, payload, ucp_ep, tag);
+        if (rc == TAGSPACE_ERR_NOT_CONNECTED || rc == TAGSPACE_ERR_NOT_ANNOUNCED) return false;
+        detail::check(rc, "tagspace_node_route");
+        return true;
+    }
+    tagspace_matcher_t matcher(uint32_t lib, uint64_t payload) const
+    {
+        tagspace_matcher_t m{};
+        detail::check(tagspace_node_matcher(node_, lib, payload, &m), "tagspace_node_matcher");
+        return m;
+    }
+    tagspace_peer_event_t poll_event(uint32_t lib)
+    {
+        tagspace_peer_event_t ev{};
+        detail::check(tagspace_node_poll_event(node_, lib, &ev), "tagspace_node_poll_event");
+        return ev;
+    }
+    tagspace_node_info_t info() const
+    {
+        tagspace_node_info_t i{};
+        i.struct_size = sizeof i;
+        detail::check(tagspace_node_info(node_, &i), "tagspace_node_info");
+        return i;
+    }
+    tagspace_node_stats_t stats() const
+    {
+        tagspace_node_stats_t s{};
+        s.struct_size = sizeof s;
+        detail::check(tagspace_node_stats(node_, &s), "tagspace_node_stats");
+        return s;
+    }
+    tagspace_node_t *get() const noexcept { return node_; }
+
+  private:
+    explicit Node(tagspace_node_t *n) noexcept : node_(n) {}
+    tagspace_node_t *node_;
+};
+
 } // namespace tagspace
 
 #endif // TAGSPACE_HPP
