@@ -185,11 +185,27 @@ impl RawHost {
     }
 
     fn am_send(&self, ep: sys::ucp_ep_h, id: u32, data: &[u8]) -> Pending {
+        self.am_send_flags(
+            ep,
+            id,
+            data,
+            sys::ucp_send_am_flags::UCP_AM_SEND_FLAG_EAGER.0,
+        )
+    }
+
+    /// An AM with a reply endpoint, as tagspace's control frames are sent.
+    fn am_send_reply(&self, ep: sys::ucp_ep_h, id: u32, data: &[u8]) -> Pending {
+        let flags = sys::ucp_send_am_flags::UCP_AM_SEND_FLAG_EAGER
+            | sys::ucp_send_am_flags::UCP_AM_SEND_FLAG_REPLY;
+        self.am_send_flags(ep, id, data, flags.0)
+    }
+
+    fn am_send_flags(&self, ep: sys::ucp_ep_h, id: u32, data: &[u8], flags: u32) -> Pending {
         // SAFETY: as for `send`.
         unsafe {
             let mut param: sys::ucp_request_param_t = std::mem::zeroed();
             param.op_attr_mask = sys::ucp_op_attr_t::UCP_OP_ATTR_FIELD_FLAGS as u32;
-            param.flags = sys::ucp_send_am_flags::UCP_AM_SEND_FLAG_EAGER.0;
+            param.flags = flags;
             let p = sys::ucp_am_send_nbx(
                 ep,
                 id,
@@ -751,4 +767,71 @@ fn adopting_checks_what_it_is_given() {
     ));
     n.peer_failed(0x1000 as sys::ucp_ep_h, -25); // not attached: ignored
     n.progress();
+}
+
+/// A hostile peer on plain libucp sends control frames before the host attached its endpoint:
+/// the node keeps only a bounded number of them, and garbage among them, once the host
+/// attaches, ends that connection with a protocol error and nothing else.
+#[test]
+fn frames_before_attach_are_bounded_and_garbage_is_refused() {
+    use tagspace_ucx::node::{EARLY_BYTES_MAX, UNATTACHED_FRAMES_MAX};
+    let ucx = Config::tcp();
+    let hostile = RawHost::new(&ucx, sys::ucs_thread_mode_t::UCS_THREAD_MODE_SINGLE);
+    let hb = RawHost::new(&ucx, sys::ucs_thread_mode_t::UCS_THREAD_MODE_SINGLE);
+    let h_ep = hostile.connect(&hb.address());
+    let b_ep = hb.connect(&hostile.address());
+    // SAFETY: the worker outlives the node.
+    let mut b =
+        unsafe { Node::adopt_with_registry(hb.worker, host_cfg(), HostProgress::Node, registry()) }
+            .unwrap();
+    let control_am = CONTROL_ID as u32 * TagLayout::DEFAULT.am_ids_per_namespace();
+    let frame = [0xa5u8; 100];
+    let sent = 1000;
+    for _ in 0..sent {
+        hostile
+            .am_send_reply(h_ep, control_am, &frame)
+            .wait(&hostile, &[&hb]);
+        b.progress();
+    }
+    let kept = UNATTACHED_FRAMES_MAX.min(EARLY_BYTES_MAX / frame.len()) as u64;
+    let start = Instant::now();
+    while b.stats().unattached_dropped < sent - kept {
+        assert!(start.elapsed() < Duration::from_secs(30), "{:?}", b.stats());
+        hostile.progress();
+        b.progress();
+    }
+    for _ in 0..100 {
+        hostile.progress();
+        b.progress();
+    }
+    assert_eq!(
+        b.stats().unattached_dropped,
+        sent - kept,
+        "bounded, oldest dropped"
+    );
+    assert_eq!(
+        b.stats().protocol_errors,
+        0,
+        "nothing is parsed before attach"
+    );
+    // SAFETY: a live endpoint of B's worker, kept until the node's drop.
+    unsafe { b.attach(b_ep, Side::Acceptor) }.unwrap();
+    // The kept frames are replayed into the new connection: more than its wire-up bound
+    // (EARLY_FRAMES_MAX) or, within it, garbage — either way the connection is closed.
+    let start = Instant::now();
+    while b.stats().protocol_errors + b.stats().early_overflows == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "garbage accepted: {:?}",
+            b.stats()
+        );
+        hostile.progress();
+        b.progress();
+    }
+    assert_eq!(b.stats().protocol_errors + b.stats().early_overflows, 1);
+    assert!(b.peers().is_empty());
+    b.detach(b_ep).unwrap();
+    drop(b);
+    hostile.close(h_ep, &[&hb]);
+    hb.close(b_ep, &[&hostile]);
 }

@@ -155,6 +155,16 @@ fn lib_id(lib: u32) -> LibId {
     LibId(lib as usize)
 }
 
+/// The namespace of library `lib`, or the error naming it.
+fn known_lib(n: &Node, lib: u32) -> Result<&tagspace_core::Namespace<'static, 256>, Fail> {
+    n.namespace(lib_id(lib)).ok_or_else(|| {
+        Fail::new(
+            TAGSPACE_ERR_NO_SUCH_LIBRARY,
+            format!("no library {lib} on this node"),
+        )
+    })
+}
+
 /// Fills `opts` with the defaults (host progress, heartbeat 1 s / 30 s) and its `struct_size`.
 ///
 /// # Safety
@@ -496,12 +506,7 @@ pub unsafe extern "C" fn tagspace_node_release(
     guard(|| {
         // SAFETY: the caller's contract.
         let n = unsafe { node_mut(node) }?;
-        if n.node.namespace(lib_id(lib)).is_none() {
-            return Err(Fail::new(
-                TAGSPACE_ERR_NO_SUCH_LIBRARY,
-                format!("no library {lib} on this node"),
-            ));
-        }
+        known_lib(&n.node, lib)?;
         n.node.release(lib_id(lib));
         Ok(())
     })
@@ -535,12 +540,7 @@ pub unsafe extern "C" fn tagspace_node_poll_event(
     guard(|| {
         // SAFETY: the caller's contract.
         let n = unsafe { node_mut(node) }?;
-        if n.node.namespace(lib_id(lib)).is_none() {
-            return Err(Fail::new(
-                TAGSPACE_ERR_NO_SUCH_LIBRARY,
-                format!("no library {lib} on this node"),
-            ));
-        }
+        known_lib(&n.node, lib)?;
         let v = match n.node.peer_event(lib_id(lib)) {
             None => tagspace_peer_event_t {
                 close_reason: -1,
@@ -619,12 +619,7 @@ pub unsafe extern "C" fn tagspace_node_matcher(
     guard(|| {
         // SAFETY: the caller's contract.
         let n = &unsafe { arg(node, "node") }?.node;
-        let ns = n.namespace(lib_id(lib)).ok_or_else(|| {
-            Fail::new(
-                TAGSPACE_ERR_NO_SUCH_LIBRARY,
-                format!("no library {lib} on this node"),
-            )
-        })?;
+        let ns = known_lib(n, lib)?;
         let m = ns.matcher_exact(payload)?;
         // SAFETY: the caller's contract.
         unsafe { put(out, "out", crate::matcher_out(m.tag(), m.mask())) }

@@ -394,15 +394,21 @@ impl Worker {
     /// `UCS_THREAD_MODE_MULTI` worker the host may progress it from any thread; on a SINGLE or
     /// SERIALIZED one, only from the thread that uses this handle.
     pub unsafe fn adopt(raw: sys::ucp_worker_h) -> Worker {
+        Worker::wrap(raw, None)
+    }
+
+    /// A handle on `raw`: owned (destroyed with the last handle) when it comes with its
+    /// context, a host's otherwise.
+    fn wrap(raw: sys::ucp_worker_h, ctx: Option<Rc<Context>>) -> Worker {
         Worker {
             inner: Rc::new(WorkerInner {
                 raw,
-                owned: false,
+                owned: ctx.is_some(),
                 events: Box::new(Mutex::new(Events::default())),
                 orphans: RefCell::new(Vec::new()),
                 am_args: RefCell::new(std::collections::HashMap::new()),
                 unowned_arg: RefCell::new(None),
-                _ctx: None,
+                _ctx: ctx,
             }),
         }
     }
@@ -455,17 +461,7 @@ impl Worker {
         check("ucp_worker_create", unsafe {
             sys::ucp_worker_create(ctx.raw, &params, &mut raw)
         })?;
-        Ok(Worker {
-            inner: Rc::new(WorkerInner {
-                raw,
-                owned: true,
-                events: Box::new(Mutex::new(Events::default())),
-                orphans: RefCell::new(Vec::new()),
-                am_args: RefCell::new(std::collections::HashMap::new()),
-                unowned_arg: RefCell::new(None),
-                _ctx: Some(ctx),
-            }),
-        })
+        Ok(Worker::wrap(raw, Some(ctx)))
     }
 
     fn raw(&self) -> sys::ucp_worker_h {
