@@ -537,3 +537,127 @@ fn node_calls_check_their_arguments() {
         drop(w);
     }
 }
+
+/// Two nodes in one process on workers and endpoints "a host" made (here tagspace's own UCX
+/// wrappers stand in for the host): routing works across different ids for one name, and the
+/// route cache never outlives a change — a released name stops routing, a re-registered one
+/// routes to its new id.
+#[test]
+fn routes_follow_the_peers_registrations_through_the_cache() {
+    use std::ffi::c_void;
+    use tagspace_ucx::ucp::{Config, Endpoint, Worker};
+    let (wa, wb) = (
+        Worker::new(&Config::tcp()).unwrap(),
+        Worker::new(&Config::tcp()).unwrap(),
+    );
+    // SAFETY: addresses from the workers themselves.
+    let ea = unsafe { Endpoint::connect_address(&wa, &wb.address().unwrap()) }.unwrap();
+    let eb = unsafe { Endpoint::connect_address(&wb, &wa.address().unwrap()) }.unwrap();
+    let (mut a, mut b) = (null_mut(), null_mut());
+    let mut opts = tagspace_node_options_t {
+        struct_size: 0,
+        progress: 0,
+        heartbeat_interval_ms: 0,
+        heartbeat_timeout_ms: 0,
+    };
+    // SAFETY: live workers and endpoints that outlive the nodes; locals for the outputs.
+    unsafe {
+        tagspace_node_options_init(&mut opts);
+        opts.progress = TAGSPACE_PROGRESS_NODE;
+        let (mut ra, mut rb) = (null_mut(), null_mut());
+        let mut lo = std::mem::zeroed::<tagspace_layout_options_t>();
+        tagspace_layout_options_init(&mut lo);
+        assert_eq!(tagspace_registry_new(&lo, &mut ra), TAGSPACE_OK);
+        assert_eq!(tagspace_registry_new(&lo, &mut rb), TAGSPACE_OK);
+        let w = |w: &Worker| w.as_raw().cast::<c_void>();
+        assert_eq!(
+            tagspace_node_adopt(w(&wa), ra, &opts, &mut a, null_mut()),
+            TAGSPACE_OK
+        );
+        assert_eq!(
+            tagspace_node_adopt(w(&wb), rb, &opts, &mut b, null_mut()),
+            TAGSPACE_OK
+        );
+        let (mut la, mut lb, mut pad) = (0, 0, 0);
+        assert_eq!(
+            tagspace_node_register(a, c"cache.lib".as_ptr(), &mut la),
+            TAGSPACE_OK
+        );
+        assert_eq!(
+            tagspace_node_register(b, c"cache.pad".as_ptr(), &mut pad),
+            TAGSPACE_OK
+        );
+        assert_eq!(
+            tagspace_node_register(b, c"cache.lib".as_ptr(), &mut lb),
+            TAGSPACE_OK
+        );
+        let (epa, epb) = (ea.as_raw().cast::<c_void>(), eb.as_raw().cast::<c_void>());
+        assert_eq!(
+            tagspace_node_attach(a, epa, TAGSPACE_SIDE_INITIATOR),
+            TAGSPACE_OK
+        );
+        assert_eq!(
+            tagspace_node_attach(b, epb, TAGSPACE_SIDE_ACCEPTOR),
+            TAGSPACE_OK
+        );
+        let token = |n| {
+            let mut i = tagspace_node_info_t {
+                struct_size: std::mem::size_of::<tagspace_node_info_t>() as u32,
+                ..Default::default()
+            };
+            assert_eq!(tagspace_node_info(n, &mut i), TAGSPACE_OK);
+            i.token
+        };
+        let tb = token(b);
+        let route = |payload: u64| {
+            let (mut ep, mut tag) = (null_mut(), 0u64);
+            let rc = tagspace_node_route(a, la, tb, payload, &mut ep, &mut tag);
+            (rc, ep, tag)
+        };
+        let pump = |until: &dyn Fn() -> bool| {
+            let start = std::time::Instant::now();
+            while !until() {
+                assert!(start.elapsed().as_secs() < 30, "{}", last_error());
+                tagspace_node_progress(a, null_mut());
+                tagspace_node_progress(b, null_mut());
+            }
+        };
+        pump(&|| route(0).0 == TAGSPACE_OK);
+        let mut m = tagspace_matcher_t::default();
+        assert_eq!(tagspace_node_matcher(b, lb, 7, &mut m), TAGSPACE_OK);
+        let (rc, ep, tag) = route(7); // a hit now
+        assert_eq!(
+            (rc, ep, tag),
+            (TAGSPACE_OK, epa, m.tag),
+            "routed to b's id for the name"
+        );
+        assert_ne!(m.tag >> 56, 0);
+        // A payload the namespace refuses is refused on a hit too.
+        assert_eq!(route(u64::MAX).0, TAGSPACE_ERR_PAYLOAD_IN_NAMESPACE);
+        // b releases the name: once a has handled the withdrawal, no stale cached route.
+        assert_eq!(tagspace_node_release(b, lb), TAGSPACE_OK);
+        pump(&|| route(7).0 == TAGSPACE_ERR_NOT_ANNOUNCED);
+        // Re-registered (the pad released first, so the name may take another id): routes to
+        // whatever id b has now.
+        assert_eq!(tagspace_node_release(b, pad), TAGSPACE_OK);
+        assert_eq!(
+            tagspace_node_register(b, c"cache.lib".as_ptr(), &mut lb),
+            TAGSPACE_OK
+        );
+        assert_eq!(tagspace_node_matcher(b, lb, 7, &mut m), TAGSPACE_OK);
+        pump(&|| route(7).0 == TAGSPACE_OK);
+        assert_eq!(route(7).2, m.tag, "the new id, not a cached old one");
+        assert_eq!(tagspace_node_detach(a, epa), TAGSPACE_OK);
+        assert_eq!(
+            route(7).0,
+            TAGSPACE_ERR_NOT_CONNECTED,
+            "detached: no cached route"
+        );
+        assert_eq!(tagspace_node_detach(b, epb), TAGSPACE_OK);
+        tagspace_node_free(a);
+        tagspace_node_free(b);
+        tagspace_registry_free(ra);
+        tagspace_registry_free(rb);
+    }
+    drop((ea, eb, wa, wb));
+}
