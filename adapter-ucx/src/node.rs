@@ -928,15 +928,7 @@ impl Node {
         // SAFETY: the caller's promise.
         let ep = unsafe { Endpoint::borrow(&self.worker, ep) };
         self.add_conn(ep, side);
-        let mut early = Vec::new();
-        self.unattached.retain(|(k, f)| {
-            if *k == key {
-                early.push(f.clone());
-            }
-            *k != key
-        });
-        for f in early {
-            self.unattached_bytes -= f.len();
+        for f in self.take_unattached(key) {
             self.on_control(key, &f);
         }
         self.reindex();
@@ -974,7 +966,7 @@ impl Node {
             let c = self.closing.swap_remove(j);
             self.abandon_ep(c.key, c.ep, c.waits, c.peer, detached);
         }
-        self.forget_unattached(key);
+        self.take_unattached(key);
         self.reindex();
         Ok(())
     }
@@ -988,21 +980,22 @@ impl Node {
         let key = EpKey::of(ep);
         self.attached.remove(&key);
         let status = match Status::from_code(status) {
-            s if s.is_ok() => Status::from_code(-25), // a "failure" without a cause: reset
+            s if s.is_ok() => Status::CONNECTION_RESET, // a "failure" without a cause
             s => s,
         };
-        self.forget_unattached(key);
+        self.take_unattached(key);
         self.worker.report_ep_error(key, status);
     }
 
-    fn forget_unattached(&mut self, key: EpKey) {
-        let bytes = &mut self.unattached_bytes;
-        self.unattached.retain(|(k, f)| {
-            if *k == key {
-                *bytes -= f.len();
-            }
-            *k != key
-        });
+    /// Takes the frames kept for endpoint `key` (oldest first) out of the unattached queue.
+    fn take_unattached(&mut self, key: EpKey) -> Vec<Vec<u8>> {
+        let (mine, rest) = std::mem::take(&mut self.unattached)
+            .into_iter()
+            .partition(|(k, _)| *k == key);
+        self.unattached = rest;
+        let mine: Vec<Vec<u8>> = mine.into_iter().map(|(_, f)| f).collect();
+        self.unattached_bytes -= mine.iter().map(Vec::len).sum::<usize>();
+        mine
     }
 
     /// Host mode: keeps a control frame from an endpoint not attached yet, within bounds.

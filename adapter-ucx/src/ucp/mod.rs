@@ -296,18 +296,9 @@ impl WorkerInner {
     /// Leaves a host's worker as tagspace found it: its AM handlers cleared (UCX then drops
     /// what arrives on those ids), its unfinished requests cancelled and waited for, briefly.
     fn hand_back(&mut self) {
-        for (&id, _) in self.am_args.borrow().iter() {
-            // SAFETY: zeroed is a valid "no fields" value for this plain C struct.
-            let mut p: sys::ucp_am_handler_param_t = unsafe { std::mem::zeroed() };
-            p.field_mask = (sys::ucp_am_handler_param_field::UCP_AM_HANDLER_PARAM_FIELD_ID
-                | sys::ucp_am_handler_param_field::UCP_AM_HANDLER_PARAM_FIELD_CB)
-                .0 as u64;
-            p.id = id as u32;
-            p.cb = None;
-            // SAFETY: the worker is live; a NULL callback removes the handler. On a
-            // multi-threaded worker UCX takes its lock, so no callback with the old argument
-            // runs after this returns.
-            unsafe { sys::ucp_worker_set_am_recv_handler(self.raw, &p) };
+        for &id in self.am_args.borrow().keys() {
+            // A NULL callback removes the handler (UCX then drops what arrives on the id).
+            let _ = set_am_handler_on(self.raw, id, None, ptr::null_mut());
         }
         let orphans = std::mem::take(&mut *self.orphans.borrow_mut());
         for o in &orphans {
@@ -319,16 +310,7 @@ impl WorkerInner {
         while !left.is_empty() && start.elapsed().as_millis() < ADOPTED_DRAIN_MS as u128 {
             // SAFETY: a live worker; the host allows tagspace to progress it (Worker::adopt).
             unsafe { sys::ucp_worker_progress(self.raw) };
-            left.retain(|o| {
-                // SAFETY: o.raw is a request not yet freed.
-                let s = Status::from_sys(unsafe { sys::ucp_request_check_status(o.raw) });
-                if s == Status::INPROGRESS {
-                    return true;
-                }
-                // SAFETY: complete: freed once; its buffer drops with the Orphan.
-                unsafe { sys::ucp_request_free(o.raw) };
-                false
-            });
+            left.retain(|o| !free_if_done(o));
         }
         for o in left {
             // UCX may still write into (or read from) the buffer: release the request (UCX
@@ -491,17 +473,7 @@ impl Worker {
     }
 
     fn reap_orphans(&self) {
-        self.inner.orphans.borrow_mut().retain(|o| {
-            // SAFETY: o.raw is a request not yet freed.
-            let s = Status::from_sys(unsafe { sys::ucp_request_check_status(o.raw) });
-            if s == Status::INPROGRESS {
-                true
-            } else {
-                // SAFETY: complete: free once; the buffer drops with the Orphan.
-                unsafe { sys::ucp_request_free(o.raw) };
-                false
-            }
-        });
+        self.inner.orphans.borrow_mut().retain(|o| !free_if_done(o));
     }
 
     /// Progresses until a call makes no progress. Unbounded while a peer keeps sending: use
@@ -640,21 +612,7 @@ impl Worker {
         cb: sys::ucp_am_recv_callback_t,
         arg: *mut c_void,
     ) -> Result<(), UcxError> {
-        // SAFETY: zeroed is a valid "no fields" value for this plain C struct.
-        let mut p: sys::ucp_am_handler_param_t = unsafe { std::mem::zeroed() };
-        p.field_mask = (sys::ucp_am_handler_param_field::UCP_AM_HANDLER_PARAM_FIELD_ID
-            | sys::ucp_am_handler_param_field::UCP_AM_HANDLER_PARAM_FIELD_CB
-            | sys::ucp_am_handler_param_field::UCP_AM_HANDLER_PARAM_FIELD_ARG
-            | sys::ucp_am_handler_param_field::UCP_AM_HANDLER_PARAM_FIELD_FLAGS)
-            .0 as u64;
-        p.id = id as u32;
-        p.flags = sys::ucp_am_cb_flags::UCP_AM_FLAG_WHOLE_MSG.0;
-        p.cb = cb;
-        p.arg = arg;
-        // SAFETY: the caller keeps `arg` alive as long as the worker.
-        check("ucp_worker_set_am_recv_handler", unsafe {
-            sys::ucp_worker_set_am_recv_handler(self.raw(), &p)
-        })
+        set_am_handler_on(self.raw(), id, cb, arg)
     }
 
     /// The next Active Message received on a handled id.
@@ -1211,6 +1169,45 @@ impl Drop for Endpoint {
             drop(close_ep(&self.worker, self.raw, true));
         }
     }
+}
+
+/// Sets (or, with `cb` `None`, removes) the handler of AM id `id` on worker `raw`.
+fn set_am_handler_on(
+    raw: sys::ucp_worker_h,
+    id: u16,
+    cb: sys::ucp_am_recv_callback_t,
+    arg: *mut c_void,
+) -> Result<(), UcxError> {
+    // SAFETY: zeroed is a valid "no fields" value for this plain C struct.
+    let mut p: sys::ucp_am_handler_param_t = unsafe { std::mem::zeroed() };
+    p.field_mask = (sys::ucp_am_handler_param_field::UCP_AM_HANDLER_PARAM_FIELD_ID
+        | sys::ucp_am_handler_param_field::UCP_AM_HANDLER_PARAM_FIELD_CB
+        | sys::ucp_am_handler_param_field::UCP_AM_HANDLER_PARAM_FIELD_ARG
+        | sys::ucp_am_handler_param_field::UCP_AM_HANDLER_PARAM_FIELD_FLAGS)
+        .0 as u64;
+    p.id = id as u32;
+    p.flags = sys::ucp_am_cb_flags::UCP_AM_FLAG_WHOLE_MSG.0;
+    p.cb = cb;
+    p.arg = arg;
+    // SAFETY: `raw` is a live worker; the caller keeps `arg` alive as long as the handler is
+    // set. On a multi-threaded worker UCX takes its lock, so once this returns no callback
+    // with a previous argument is running.
+    check("ucp_worker_set_am_recv_handler", unsafe {
+        sys::ucp_worker_set_am_recv_handler(raw, &p)
+    })
+}
+
+/// Frees `o`'s request if UCX has finished it (its buffer then drops with it); `false` if it
+/// is still in progress.
+fn free_if_done(o: &Orphan) -> bool {
+    // SAFETY: o.raw is a request not yet freed.
+    let s = Status::from_sys(unsafe { sys::ucp_request_check_status(o.raw) });
+    if s == Status::INPROGRESS {
+        return false;
+    }
+    // SAFETY: complete: freed once.
+    unsafe { sys::ucp_request_free(o.raw) };
+    true
 }
 
 /// A socket address in C layout, valid as long as this value.
