@@ -15,17 +15,26 @@ cargo test -q -p tagspace-ucx --test multiprocess --no-run 2>/dev/null
 host_bin=$(cargo test -p tagspace-ucx --test host_mode --no-run 2>&1 \
   | sed -n 's/.*Executable tests\/host_mode.rs (\(.*\))/\1/p')
 [ -x "$host_bin" ] || { echo "ucx-matrix: host_mode test binary not found"; exit 1; }
+# The shared node (libraries on several threads, adapter-ucx/tests/shared_node.rs) and its
+# routing bench need MULTI workers too.
+shared_bin=$(cargo test -p tagspace-ucx --test shared_node --no-run 2>&1 \
+  | sed -n 's/.*Executable tests\/shared_node.rs (\(.*\))/\1/p')
+[ -x "$shared_bin" ] || { echo "ucx-matrix: shared_node test binary not found"; exit 1; }
+route_bin=$(cargo bench -p tagspace-ucx --bench shared_route --no-run 2>&1 \
+  | sed -n 's/.*Executable benches\/shared_route.rs (\(.*\))/\1/p')
+[ -x "$route_bin" ] || { echo "ucx-matrix: shared_route bench binary not found"; exit 1; }
 for v in "${versions[@]}"; do
   lib=$(scripts/ucx-lib.sh "$v")
   echo
   echo "==> UCX: $v${lib:+ (LD_LIBRARY_PATH=$lib)}"
-  run_demo() {
+  with_ucx() {
     if [ -n "$lib" ]; then
-      LD_LIBRARY_PATH=$lib target/release/tagspace-demo "$@"
+      LD_LIBRARY_PATH=$lib UCX_LOG_LEVEL=error "$@"
     else
-      env -u LD_LIBRARY_PATH target/release/tagspace-demo "$@"
+      env -u LD_LIBRARY_PATH UCX_LOG_LEVEL=error "$@"
     fi
   }
+  run_demo() { with_ucx target/release/tagspace-demo "$@"; }
   out=$(run_demo --procs 8 --transport shm --kill 3 2>&1) || { echo "$out"; echo "demo failed with UCX $v"; exit 1; }
   loaded=$(echo "$out" | sed -n 's/.*UCX \([0-9.]*\) loaded.*/\1/p' | head -n 1)
   echo "$out" | grep -E "^tagspace demo:|OK: every message"
@@ -35,12 +44,14 @@ for v in "${versions[@]}"; do
     cargo test -q -p tagspace-ucx --test multiprocess 2>&1 | grep -E "^test result|FAILED|panicked" 
   [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "multi-process tests failed with UCX $loaded"; exit 1; }
   echo "-- host-mode tests with UCX $loaded"
-  if [ -n "$lib" ]; then
-    LD_LIBRARY_PATH=$lib "$host_bin" --nocapture 2>&1 | grep -E "^test result|FAILED|panicked|not run"
-  else
-    env -u LD_LIBRARY_PATH "$host_bin" --nocapture 2>&1 | grep -E "^test result|FAILED|panicked|not run"
-  fi
+  with_ucx "$host_bin" --nocapture 2>&1 | grep -E "^test result|FAILED|panicked|not run"
   [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "host-mode tests failed with UCX $loaded"; exit 1; }
+  echo "-- shared-node tests (library threads + a host progress thread) with UCX $loaded"
+  with_ucx "$shared_bin" --nocapture 2>&1 | grep -E "^test result|FAILED|panicked|not run|^shared node"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "shared-node tests failed with UCX $loaded"; exit 1; }
+  echo "-- routing from 1/2/4 library threads (smoke run) with UCX $loaded"
+  with_ucx "$route_bin" --quick 2>&1 | grep -E "not run|^ +[124] +"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "shared_route bench failed with UCX $loaded"; exit 1; }
 done
 echo
 echo "UCX matrix passed: ${versions[*]}"

@@ -8,6 +8,8 @@
 //!   endpoint per peer for every namespace, the core's control-plane sessions over Active
 //!   Messages (P1–P5), namespaced tag send/recv/probe and Active Messages with full masks (D1),
 //!   stray draining (D2), peer failure confined to its endpoint (D3), per-namespace counters.
+//! * [`shared`]: a [`shared::SharedNode`] (`Send + Sync`) on a host's MULTI worker, with a
+//!   [`shared::Library`] handle per library, for libraries on several threads.
 //! * [`ipc`]: the process-wide cache of imported CUDA IPC memory handles, so every library that
 //!   is handed the same peer buffer shares one mapping (C1), with a real backend that loads the
 //!   CUDA driver at run time and so works, and reports `CudaUnavailable`, on machines without
@@ -20,6 +22,8 @@
 pub mod ipc;
 #[cfg(not(loom))]
 pub mod node;
+#[cfg(not(loom))]
+pub mod shared;
 mod sync;
 #[cfg(not(loom))]
 pub mod ucp;

@@ -51,6 +51,15 @@ use ucx1_sys as sys;
 
 pub use tagspace_core::wire::Role as Side;
 
+/// The status of a failure a host reports: its own, or `CONNECTION_RESET` for a "failure"
+/// given without a cause (`UCS_OK`).
+pub(crate) fn failure_status(status: i8) -> Status {
+    match Status::from_code(status) {
+        s if s.is_ok() => Status::CONNECTION_RESET,
+        s => s,
+    }
+}
+
 /// Registry capacity (the process-wide registry's).
 pub const CAP: usize = 256;
 /// How often (ms) `progress` starts a sweep for stray messages (D2).
@@ -979,12 +988,19 @@ impl Node {
     pub fn peer_failed(&mut self, ep: sys::ucp_ep_h, status: i8) {
         let key = EpKey::of(ep);
         self.attached.remove(&key);
-        let status = match Status::from_code(status) {
-            s if s.is_ok() => Status::CONNECTION_RESET, // a "failure" without a cause
-            s => s,
-        };
         self.take_unattached(key);
-        self.worker.report_ep_error(key, status);
+        self.worker.report_ep_error(key, failure_status(status));
+    }
+
+    /// Where a shared node ([`crate::shared::SharedNode`]) reports failures without its lock.
+    pub(crate) fn error_sink(&self) -> crate::ucp::ErrorSink {
+        self.worker.error_sink()
+    }
+
+    /// Forgets operation `op`, finished or not: a receive still waiting is cancelled, and a
+    /// request UCX has not finished is parked with its buffer until UCX is done with it.
+    pub fn forget(&mut self, op: OpId) {
+        self.ops.remove(&op);
     }
 
     /// Takes the frames kept for endpoint `key` (oldest first) out of the unattached queue.

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use tagspace_core::engine::Liveness;
 use tagspace_core::Registry;
 use tagspace_ucx::node::{HostProgress, LibId, Node, NodeConfig, NodeError, PeerEvent, Side};
+use tagspace_ucx::shared::RouteHit;
 use tagspace_ucx::ucp::ThreadMode;
 
 /// A UCX call failed; the UCX status is in the call's `ucs_status` out-parameter (and in the
@@ -57,7 +58,9 @@ pub const TAGSPACE_EVENT_DOWN: u32 = 2;
 pub struct tagspace_node_t {
     // Field order matters: the node borrows the registry that `_keep` keeps alive.
     node: Node,
-    /// Routes looked up since the node last changed (see [`RouteHit`]).
+    /// Routes looked up since the node last changed (see [`RouteHit`]): routes depend only on
+    /// the node's state, which changes only through `&mut Node`, which C code reaches only
+    /// through `node_mut`, which bumps the epoch.
     routes: [Cell<RouteHit>; ROUTE_CACHE],
     /// Bumped by every call that can change the node (every one that takes it `*mut`, through
     /// `node_mut`): a cached route is used only while its epoch is the current one.
@@ -68,29 +71,9 @@ pub struct tagspace_node_t {
 /// Entries of the per-node route cache (direct-mapped by library and peer).
 const ROUTE_CACHE: usize = 64;
 
-/// A route `tagspace_node_route` found: valid while the node's epoch is `epoch`. Routes depend
-/// only on the node's state, which changes only through `&mut Node`, which C code reaches only
-/// through `node_mut`, which bumps the epoch — so a hit returns exactly what the lookup would.
-/// It makes the data-path call a compare, two checks on the payload and an or (the lookup
-/// through the peer index and the directory costs about 14 ns: at 8 B over shared memory a
-/// sixth of a message).
-#[derive(Clone, Copy, Default)]
-struct RouteHit {
-    epoch: u64,
-    lib: u32,
-    peer: u64,
-    ep: usize,
-    /// The peer's namespace bits (the tag for payload 0).
-    base: u64,
-    /// The namespace field's mask: a payload must stay outside it, and not be the inbox.
-    ns_mask: u64,
-}
-
 impl tagspace_node_t {
     fn slot(&self, lib: u32, peer: u64) -> &Cell<RouteHit> {
-        let h =
-            (peer ^ (u64::from(lib) << 32 | u64::from(lib))).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        &self.routes[(h >> 58) as usize % ROUTE_CACHE]
+        &self.routes[RouteHit::slot(u64::from(lib), peer, ROUTE_CACHE)]
     }
 }
 
@@ -331,7 +314,7 @@ pub unsafe extern "C" fn tagspace_node_adopt(
             })?;
         let h = Box::into_raw(Box::new(tagspace_node_t {
             node,
-            routes: std::array::from_fn(|_| Cell::new(RouteHit::default())),
+            routes: std::array::from_fn(|_| Cell::new(RouteHit::EMPTY)),
             epoch: Cell::new(1), // entries start at epoch 0: never a hit
             _keep: keep,
         }));
@@ -633,17 +616,15 @@ pub unsafe extern "C" fn tagspace_node_route(
     // failure goes through `guard` and the lookup.
     // SAFETY: the caller's contract.
     if let (Some(h), false, false) = (unsafe { node.as_ref() }, ucp_ep.is_null(), tag.is_null()) {
-        let c = h.slot(lib, peer).get();
-        if c.epoch == h.epoch.get()
-            && c.lib == lib
-            && c.peer == peer
-            && payload & c.ns_mask == 0
-            && payload != !c.ns_mask
-        {
+        let hit = h
+            .slot(lib, peer)
+            .get()
+            .get(h.epoch.get(), lib.into(), peer, payload);
+        if let Some((ep, t)) = hit {
             // SAFETY: non-null and, by the caller's contract, valid for writes.
             unsafe {
-                ucp_ep.write(c.ep as *mut c_void);
-                tag.write(c.base | payload);
+                ucp_ep.write(ep as *mut c_void);
+                tag.write(t);
             }
             return crate::TAGSPACE_OK;
         }
@@ -661,15 +642,15 @@ pub unsafe extern "C" fn tagspace_node_route(
                 )
             })?;
         let raw = ep.as_raw().cast::<c_void>();
-        let ns_mask = h.node.layout().namespace_mask();
-        h.slot(lib, peer).set(RouteHit {
-            epoch: h.epoch.get(),
-            lib,
+        let hit = RouteHit::new(
+            h.epoch.get(),
+            lib.into(),
             peer,
-            ep: raw as usize,
-            base: t & ns_mask,
-            ns_mask,
-        });
+            raw as usize,
+            t,
+            h.node.layout(),
+        );
+        h.slot(lib, peer).set(hit);
         // SAFETY: the caller's contract.
         unsafe {
             put(ucp_ep, "ucp_ep", raw)?;

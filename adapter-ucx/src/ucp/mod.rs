@@ -9,10 +9,11 @@
 //! Thread mode: workers are created with `UCS_THREAD_MODE_SINGLE`, the fastest mode, and
 //! every type here holds raw pointers and so is neither `Send` nor `Sync`: one thread owns a
 //! worker and everything made from it. That is how tagspace is meant to be used (one progress
-//! thread per worker, libraries call into it on that thread); a multi-threaded front-end would
-//! need `UCS_THREAD_MODE_MULTI` and is not built. A worker a host owns ([`Worker::adopt`]) may
-//! be MULTI and progressed by the host's own thread: the callbacks then run there, and only
-//! push into the worker's event queues (a mutex held for one push, never across a UCX call).
+//! thread per worker, libraries call into it on that thread). A worker a host owns
+//! ([`Worker::adopt`]) may be MULTI and progressed by the host's own thread: the callbacks then
+//! run there, and only push into the worker's event queues (a mutex held for one push, never
+//! across a UCX call). Libraries on several threads use [`crate::shared::SharedNode`], which
+//! keeps all of these types behind one lock on such a worker.
 //!
 //! Borrowed handles: [`Worker::adopt`] and [`Endpoint::borrow`] wrap a host's worker and
 //! endpoints; tagspace never destroys or closes them.
@@ -259,6 +260,29 @@ fn lock(q: &EventQueue) -> MutexGuard<'_, Events> {
     q.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Reports endpoint failures into a worker's event queue (what [`Worker::report_ep_error`]
+/// does) from any thread, holding only the queue's lock for one push: safe to call from
+/// inside a UCX callback on a thread that progresses the worker, where any longer-held lock
+/// could deadlock against UCX's worker lock. Valid while the worker it came from lives: its
+/// owner keeps the worker alive for as long as it keeps the sink.
+pub(crate) struct ErrorSink(*const EventQueue);
+
+// SAFETY: the pointer is to a `Mutex` (Send + Sync), only ever read through `&`.
+unsafe impl Send for ErrorSink {}
+// SAFETY: as above.
+unsafe impl Sync for ErrorSink {}
+
+impl ErrorSink {
+    /// Queues `(key, status)` as an endpoint failure.
+    ///
+    /// # Safety
+    /// The worker this came from is alive.
+    pub(crate) unsafe fn report(&self, key: EpKey, status: Status) {
+        // SAFETY: the caller's promise: the worker, and so its boxed queue, is alive.
+        lock(unsafe { &*self.0 }).ep_errors.push_back((key, status));
+    }
+}
+
 /// The argument of one AM id's handler: UCX does not pass the id to the callback.
 struct AmArg {
     events: *const EventQueue,
@@ -421,6 +445,12 @@ impl Worker {
     /// owns. Reported through [`take_ep_error`](Self::take_ep_error).
     pub fn report_ep_error(&self, key: EpKey, status: Status) {
         lock(&self.inner.events).ep_errors.push_back((key, status));
+    }
+
+    /// A handle that reports endpoint failures into this worker's event queue from any thread
+    /// and holds no lock but the queue's own (see [`ErrorSink`]).
+    pub(crate) fn error_sink(&self) -> ErrorSink {
+        ErrorSink(&*self.inner.events)
     }
 
     /// Releases parked requests that have finished (done by [`progress`](Self::progress) when
