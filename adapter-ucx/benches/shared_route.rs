@@ -19,42 +19,21 @@
 #[path = "../tests/rawhost/mod.rs"]
 mod rawhost;
 
-use rawhost::{host_cfg, registry, RawHost};
+use rawhost::{progress_thread, registry, service_threads, shared_pair};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
-use tagspace_ucx::node::{HostProgress, Node, NodeError, Side};
-use tagspace_ucx::shared::SharedNode;
+use tagspace_ucx::node::{Node, Side};
 use tagspace_ucx::ucp::Config;
-use ucx1_sys as sys;
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let calls: u64 = if quick { 20_000 } else { 5_000_000 };
     let rounds = if quick { 1 } else { 5 };
     let ucx = Config::tcp();
-    let mode = sys::ucs_thread_mode_t::UCS_THREAD_MODE_MULTI;
-    let (ha, hb) = (RawHost::new(&ucx, mode), RawHost::new(&ucx, mode));
-    let a_ep = ha.connect(&hb.address());
-    let b_ep = hb.connect(&ha.address());
-    // SAFETY: the workers outlive the nodes; the endpoints are closed after the nodes go.
-    let adopt = |w| unsafe {
-        SharedNode::adopt_with_registry(w, host_cfg(), HostProgress::Host, registry())
+    let Some((ha, hb, a_ep, b_ep, a, b)) = shared_pair(&ucx, "shared_route") else {
+        return;
     };
-    let a = match adopt(ha.worker) {
-        Ok(a) => a,
-        Err(NodeError::Usage(m)) => {
-            println!(
-                "shared_route: not run: UCX {:?}: {m}",
-                tagspace_ucx::ucp::ucx_version()
-            );
-            ha.close(a_ep, &[&hb]);
-            hb.close(b_ep, &[&ha]);
-            return;
-        }
-        Err(e) => panic!("adopt: {e}"),
-    };
-    let b = adopt(hb.worker).unwrap();
     if quick {
         println!("(--quick: smoke run, the numbers mean nothing)");
     }
@@ -64,32 +43,9 @@ fn main() {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     let stop = Arc::new(AtomicBool::new(false));
-    let (wa, wb) = (ha.worker as usize, hb.worker as usize);
-    let host_progress = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                // SAFETY: MULTI workers, alive until this thread is joined.
-                unsafe {
-                    sys::ucp_worker_progress(wa as sys::ucp_worker_h);
-                    sys::ucp_worker_progress(wb as sys::ucp_worker_h);
-                }
-                std::thread::sleep(Duration::from_micros(100));
-            }
-        })
-    };
-    let service: Vec<_> = [a.clone(), b.clone()]
-        .into_iter()
-        .map(|n| {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    n.progress();
-                    std::thread::sleep(Duration::from_micros(100));
-                }
-            })
-        })
-        .collect();
+    let pause = Duration::from_micros(100);
+    let host_progress = progress_thread(&[ha.worker, hb.worker], &stop, pause);
+    let service = service_threads(&[&a, &b], &stop, pause);
     // SAFETY: live endpoints of these workers.
     unsafe { a.attach(a_ep, Side::Initiator) }.unwrap();
     unsafe { b.attach(b_ep, Side::Acceptor) }.unwrap();

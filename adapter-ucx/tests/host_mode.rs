@@ -60,11 +60,8 @@ fn register_all(n: &mut Node, order: &[usize]) -> Vec<LibId> {
 }
 
 fn host_side_by_side(ucx: Config, b_progress: HostProgress) {
-    let ha = RawHost::new(&ucx, sys::ucs_thread_mode_t::UCS_THREAD_MODE_SINGLE);
-    let hb = RawHost::new(&ucx, sys::ucs_thread_mode_t::UCS_THREAD_MODE_SINGLE);
+    let (ha, hb, a_ep, b_ep) = host_pair(&ucx, sys::ucs_thread_mode_t::UCS_THREAD_MODE_SINGLE);
     let hosts = [&ha, &hb];
-    let a_ep = ha.connect(&hb.address());
-    let b_ep = hb.connect(&ha.address());
     let (reg_a, reg_b) = (registry(), registry());
     // SAFETY: the hosts' workers outlive the nodes (dropped below, before the hosts).
     let mut a =
@@ -266,10 +263,7 @@ fn three_libraries_share_a_hosts_worker_and_endpoints_over_shm() {
 #[test]
 fn a_host_progress_thread_on_a_multi_worker() {
     let ucx = Config::tcp();
-    let ha = RawHost::new(&ucx, sys::ucs_thread_mode_t::UCS_THREAD_MODE_MULTI);
-    let hb = RawHost::new(&ucx, sys::ucs_thread_mode_t::UCS_THREAD_MODE_MULTI);
-    let a_ep = ha.connect(&hb.address());
-    let b_ep = hb.connect(&ha.address());
+    let (ha, hb, a_ep, b_ep) = host_pair(&ucx, sys::ucs_thread_mode_t::UCS_THREAD_MODE_MULTI);
     // SAFETY: the workers outlive the nodes.
     let mut a =
         unsafe { Node::adopt_with_registry(ha.worker, host_cfg(), HostProgress::Host, registry()) }
@@ -287,22 +281,8 @@ fn a_host_progress_thread_on_a_multi_worker() {
         );
         return;
     }
-    // The host's progress thread: the only caller of ucp_worker_progress (tagspace's
-    // callbacks run there). Raw handles cross as integers.
     let stop = Arc::new(AtomicBool::new(false));
-    let (wa, wb) = (ha.worker as usize, hb.worker as usize);
-    let progress = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                // SAFETY: MULTI workers, alive until this thread is joined.
-                unsafe {
-                    sys::ucp_worker_progress(wa as sys::ucp_worker_h);
-                    sys::ucp_worker_progress(wb as sys::ucp_worker_h);
-                }
-            }
-        })
-    };
+    let progress = progress_thread(&[ha.worker, hb.worker], &stop, Duration::ZERO);
     assert!(matches!(a.wait(1), Err(NodeError::Usage(_))));
     let la = register_all(&mut a, &[0, 1, 2]);
     let lb = register_all(&mut b, &[1, 2, 0]);
@@ -341,12 +321,7 @@ fn a_host_progress_thread_on_a_multi_worker() {
         while !reqs.iter().all(Pending::done) {
             std::thread::yield_now();
         }
-        for r in reqs {
-            if !r.0.is_null() {
-                // SAFETY: finished; freed once.
-                unsafe { sys::ucp_request_free(r.0) };
-            }
-        }
+        reqs.into_iter().for_each(Pending::free);
     });
     let mut ops = Vec::new();
     for k in 0..600u64 {
@@ -387,10 +362,7 @@ fn a_host_progress_thread_on_a_multi_worker() {
             );
             std::thread::yield_now();
         }
-        if !r.0.is_null() {
-            // SAFETY: finished; freed once.
-            unsafe { sys::ucp_request_free(r.0) };
-        }
+        r.free();
         assert_eq!(buf, k.to_le_bytes());
     }
     // peer_failed: the host's error handler would call it; tagspace fails what waits on B.

@@ -150,12 +150,7 @@ fn library_traffic(lib: &Library, side: u8, i: usize, peer: u64, host_worker: us
             pending.push(Pending(p));
         }
         spin_until("host-path messages", || pending.iter().all(Pending::done));
-        for p in pending {
-            if !p.0.is_null() {
-                // SAFETY: finished; freed once.
-                unsafe { sys::ucp_request_free(p.0) };
-            }
-        }
+        pending.into_iter().for_each(Pending::free);
         for (j, got) in inbox.iter().enumerate() {
             assert_eq!(*got, body(1 - side, i, base + j as u64), "misdelivered");
         }
@@ -217,74 +212,25 @@ fn host_traffic(ep: usize, tags: Vec<u64>) -> JoinHandle<()> {
             assert!(!is_err(p));
             let p = Pending(p);
             spin_until("host AM", || p.done());
-            if !p.0.is_null() {
-                // SAFETY: finished; freed once.
-                unsafe { sys::ucp_request_free(p.0) };
-            }
+            p.free();
         }
         spin_until("host messages", || reqs.iter().all(Pending::done));
-        for r in reqs {
-            if !r.0.is_null() {
-                // SAFETY: finished; freed once.
-                unsafe { sys::ucp_request_free(r.0) };
-            }
-        }
+        reqs.into_iter().for_each(Pending::free);
     })
 }
 
 fn shared_libraries_on_threads(ucx: Config) {
-    let mode = sys::ucs_thread_mode_t::UCS_THREAD_MODE_MULTI;
-    let (ha, hb) = (RawHost::new(&ucx, mode), RawHost::new(&ucx, mode));
-    let a_ep = ha.connect(&hb.address());
-    let b_ep = hb.connect(&ha.address());
-    // SAFETY: the workers outlive the nodes; endpoints are detached (or the nodes dropped)
-    // before they are closed.
-    let adopt = |w| unsafe {
-        SharedNode::adopt_with_registry(w, host_cfg(), HostProgress::Host, registry())
+    let Some((ha, hb, a_ep, b_ep, a, b)) = shared_pair(&ucx, "shared node") else {
+        return;
     };
-    let a = match adopt(ha.worker) {
-        Ok(a) => a,
-        Err(NodeError::Usage(m)) if m.contains("MULTI") => {
-            let v = tagspace_ucx::ucp::ucx_version();
-            eprintln!("shared node: not run: UCX {v:?} gives no MULTI worker ({m})");
-            ha.close(a_ep, &[&hb]);
-            hb.close(b_ep, &[&ha]);
-            return;
-        }
-        Err(e) => panic!("adopt: {e}"),
-    };
-    let b = adopt(hb.worker).unwrap();
     let (ta, tb) = (a.token(), b.token());
 
     // The host's progress thread (UCX's callbacks, tagspace's among them, run here) and a
     // tagspace service thread per node.
     let stop = Arc::new(AtomicBool::new(false));
+    let host_progress = progress_thread(&[ha.worker, hb.worker], &stop, Duration::ZERO);
+    let service = service_threads(&[&a, &b], &stop, Duration::from_micros(50));
     let (wa, wb) = (ha.worker as usize, hb.worker as usize);
-    let host_progress = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                // SAFETY: MULTI workers, alive until this thread is joined.
-                unsafe {
-                    sys::ucp_worker_progress(wa as sys::ucp_worker_h);
-                    sys::ucp_worker_progress(wb as sys::ucp_worker_h);
-                }
-            }
-        })
-    };
-    let service: Vec<_> = [a.clone(), b.clone()]
-        .into_iter()
-        .map(|n| {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    if !n.progress() {
-                        std::thread::sleep(Duration::from_micros(50));
-                    }
-                }
-            })
-        })
-        .collect();
     // SAFETY: live endpoints of these workers, detached before being closed.
     unsafe { a.attach(a_ep, Side::Initiator) }.unwrap();
     unsafe { b.attach(b_ep, Side::Acceptor) }.unwrap();
@@ -374,10 +320,7 @@ fn shared_libraries_on_threads(ucx: Config) {
             let mut buf = [0u8; 8];
             let r = h.recv(*t, &mut buf);
             spin_until("host message stolen", || r.done());
-            if !r.0.is_null() {
-                // SAFETY: finished; freed once.
-                unsafe { sys::ucp_request_free(r.0) };
-            }
+            r.free();
             assert_eq!(buf, t.to_le_bytes());
         }
     }

@@ -7,10 +7,13 @@
 use std::collections::HashSet;
 use std::ffi::{c_void, CString};
 use std::ptr;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tagspace_core::{Registry, TagLayout};
-use tagspace_ucx::node::NodeConfig;
+use tagspace_ucx::node::{HostProgress, NodeConfig, NodeError};
+use tagspace_ucx::shared::SharedNode;
 use tagspace_ucx::ucp::Config;
 use ucx1_sys as sys;
 
@@ -337,4 +340,107 @@ pub fn host_tags(rng: &mut Rng, forced_ids: &[u16], n: usize) -> Vec<u64> {
         }
     }
     tags
+}
+
+impl Pending {
+    /// Frees a finished request (NULL: nothing to free).
+    pub fn free(self) {
+        assert!(self.done(), "freeing a request still in flight");
+        if !self.0.is_null() {
+            // SAFETY: finished; freed once.
+            unsafe { sys::ucp_request_free(self.0) };
+        }
+    }
+}
+
+/// Two hosts (thread mode `mode`) with an endpoint each to the other's worker address.
+pub fn host_pair(
+    ucx: &Config,
+    mode: sys::ucs_thread_mode_t,
+) -> (RawHost, RawHost, sys::ucp_ep_h, sys::ucp_ep_h) {
+    let (ha, hb) = (RawHost::new(ucx, mode), RawHost::new(ucx, mode));
+    let a_ep = ha.connect(&hb.address());
+    let b_ep = hb.connect(&ha.address());
+    (ha, hb, a_ep, b_ep)
+}
+
+/// The host's progress thread on MULTI workers: the only caller of `ucp_worker_progress`
+/// (tagspace's callbacks run there) until `stop`, pausing `pause` between rounds. The workers
+/// must outlive the thread (join it before dropping their hosts).
+pub fn progress_thread(
+    workers: &[sys::ucp_worker_h],
+    stop: &Arc<AtomicBool>,
+    pause: Duration,
+) -> JoinHandle<()> {
+    // Raw handles cross as integers.
+    let workers: Vec<usize> = workers.iter().map(|w| *w as usize).collect();
+    let stop = stop.clone();
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            for w in &workers {
+                // SAFETY: MULTI workers, alive until this thread is joined.
+                unsafe { sys::ucp_worker_progress(*w as sys::ucp_worker_h) };
+            }
+            if !pause.is_zero() {
+                std::thread::sleep(pause);
+            }
+        }
+    })
+}
+
+/// A runtime's tagspace service thread per node: `SharedNode::progress` until `stop`,
+/// pausing `pause` whenever a call had nothing to do.
+pub fn service_threads(
+    nodes: &[&SharedNode],
+    stop: &Arc<AtomicBool>,
+    pause: Duration,
+) -> Vec<JoinHandle<()>> {
+    nodes
+        .iter()
+        .map(|n| {
+            let (n, stop) = ((*n).clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if !n.progress() {
+                        std::thread::sleep(pause);
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+/// Two hosts on MULTI workers ([`host_pair`]) and a shared node on each (host progress, own
+/// registries); `None`, after printing "`what`: not run" and closing the endpoints, where the
+/// loaded UCX gives no MULTI worker (one built without thread support).
+pub fn shared_pair(
+    ucx: &Config,
+    what: &str,
+) -> Option<(
+    RawHost,
+    RawHost,
+    sys::ucp_ep_h,
+    sys::ucp_ep_h,
+    SharedNode,
+    SharedNode,
+)> {
+    let (ha, hb, a_ep, b_ep) = host_pair(ucx, sys::ucs_thread_mode_t::UCS_THREAD_MODE_MULTI);
+    // SAFETY: the caller keeps the workers alive until the nodes are gone, and closes an
+    // endpoint only after detaching it (or dropping the nodes).
+    let adopt = |w| unsafe {
+        SharedNode::adopt_with_registry(w, host_cfg(), HostProgress::Host, registry())
+    };
+    let a = match adopt(ha.worker) {
+        Ok(a) => a,
+        Err(NodeError::Usage(m)) if m.contains("MULTI") => {
+            let v = tagspace_ucx::ucp::ucx_version();
+            eprintln!("{what}: not run: UCX {v:?} gives no MULTI worker ({m})");
+            ha.close(a_ep, &[&hb]);
+            hb.close(b_ep, &[&ha]);
+            return None;
+        }
+        Err(e) => panic!("adopt: {e}"),
+    };
+    let b = adopt(hb.worker).unwrap();
+    Some((ha, hb, a_ep, b_ep, a, b))
 }
