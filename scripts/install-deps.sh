@@ -18,6 +18,8 @@ done
 command -v ip >/dev/null || need+=(iproute2)
 command -v nsenter >/dev/null || need+=(util-linux)
 python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
+# python3-venv: scripts/python-check.sh builds and tests the Python package in a virtualenv.
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 for pkg in libclang-dev libucx-dev ucx-utils; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done

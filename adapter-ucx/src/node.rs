@@ -944,6 +944,22 @@ impl Node {
         Ok(())
     }
 
+    /// Host mode: the token of the peer on the host's endpoint `ep`, once its connection is
+    /// established (`None` before, and after it went down or was detached): how a host that
+    /// knows its endpoint finds the peer's name for routing.
+    pub fn peer_on(&self, ep: sys::ucp_ep_h) -> Option<u64> {
+        let key = EpKey::of(ep);
+        self.conns
+            .iter()
+            .find(|c| {
+                c.key == key
+                    && c.ep.is_some()
+                    && c.state == ConnState::Open
+                    && c.session.is_established()
+            })
+            .and_then(Conn::peer)
+    }
+
     /// Host mode: stops using the host's endpoint `ep`. The peer is told (an orderly CLOSE,
     /// sent on `ep` before this returns: close the endpoint in order, not forced, for the peer
     /// to see it), libraries hear [`PeerEvent::Down`] if it was the peer's last connection, and

@@ -215,6 +215,12 @@ impl SharedNode {
         self.write().node.progress()
     }
 
+    /// [`Node::peer_on`]: the peer's token on the host's endpoint `ep`, once established.
+    pub fn peer_on(&self, ep: sys::ucp_ep_h) -> Option<u64> {
+        // Audited for the shared lock: reads the connection table only.
+        self.read().node.peer_on(ep)
+    }
+
     /// Tokens of peers with an open, established connection.
     pub fn peers(&self) -> Vec<u64> {
         self.write().node.peers()

@@ -261,6 +261,7 @@ fn shared_libraries_on_threads(ucx: Config) {
     let b_libs = libs.split_off(3);
     host_a.join().unwrap();
     host_b.join().unwrap();
+    assert_eq!((a.peer_on(a_ep), b.peer_on(b_ep)), (Some(tb), Some(ta)));
 
     // The peer fails, as the host's error handler reports it: from inside a UCX callback on
     // the host's progress thread, while A's other libraries keep the node's lock busy.
@@ -303,6 +304,7 @@ fn shared_libraries_on_threads(ucx: Config) {
     }
     assert_eq!(fail.fired.load(Ordering::SeqCst), 1);
     assert_eq!(a.live_connections_to(tb), 0);
+    assert_eq!(a.peer_on(a_ep), None);
     // ...and must not return it once the peer is down.
     assert!(
         matches!(libs[0].route(tb, 7), Err(NodeError::NoConnection { .. })),

@@ -1,0 +1,384 @@
+"""tagspace on ucxx's worker and endpoints.
+
+Several libraries in one process share ucxx's worker and one endpoint per peer; tagspace gives
+each a namespace of tags (and Active Message ids) that every process agrees on through a small
+handshake over those endpoints, so no library ever receives another's messages, whatever order
+each process registered them in.
+
+Two ways to move data, both namespaced:
+
+* ucxx's own calls with tagspace's tags (the zero-overhead path)::
+
+      tag = lib.tag(peer, payload)                 # on the sender
+      await ep.send(buf, tag=tag, force_tag=True)
+      tag, _mask = lib.matcher(payload)            # on the receiver (full mask)
+      await ep.recv(buf, tag=tag, force_tag=True)
+
+* tagspace's own send/recv with Python buffers (``lib.send``/``lib.recv``/``lib.wait`` and
+  their awaitable forms ``asend``/``arecv``), which also fail cleanly when the peer goes down.
+
+A minimal, runnable check that needs no ucxx (it only builds the error a caller sees)::
+
+    >>> import tagspace
+    >>> issubclass(tagspace.PeerDownError, tagspace.TagspaceError)
+    True
+    >>> tagspace.Node(0)
+    Traceback (most recent call last):
+    ...
+    ValueError: the worker handle is 0 (closed, or not a UCX handle)
+
+Importing this package loads UCX from the ``libucx`` wheel first (as ucxx does), so that the
+native extension binds to the same ``libucp`` as ucxx, whichever is imported first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Optional, Tuple, Union
+
+import libucx as _libucx
+
+_libucx.load_library()
+
+from . import _tagspace  # noqa: E402  (UCX must be loaded first)
+from ._tagspace import (  # noqa: E402
+    ClosedError,
+    NotAnnouncedError,
+    NotConnectedError,
+    Op,
+    PeerDownError,
+    TagspaceError,
+    UcxError,
+    ucx_version,
+)
+
+__all__ = [
+    "Node",
+    "Library",
+    "Op",
+    "TagspaceError",
+    "NotConnectedError",
+    "NotAnnouncedError",
+    "PeerDownError",
+    "UcxError",
+    "ClosedError",
+    "ucx_version",
+]
+
+Buffer = Union[bytes, bytearray, memoryview]
+
+
+def _handle(obj: Any, attr: str, what: str) -> Tuple[int, Any]:
+    """The raw handle of a ucxx object (or an int handle), and the object to keep alive.
+    Refuses a ucxx object that is closed or failed (``closed``)."""
+    if isinstance(obj, bool):
+        raise TypeError(f"{what}: expected a ucxx object or an int handle, got a bool")
+    if isinstance(obj, int):
+        return obj, None
+    if getattr(obj, "closed", False) is True:
+        raise ValueError(f"{what}: the ucxx object is closed (or its peer failed)")
+    h = getattr(obj, attr, None)
+    if isinstance(h, int) and not isinstance(h, bool):
+        return h, obj
+    raise TypeError(
+        f"{what}: expected a ucxx object with .{attr} or an int handle, "
+        f"got {type(obj).__name__}"
+    )
+
+
+def _bytes(data: Buffer) -> bytes:
+    if isinstance(data, bytes):
+        return data
+    try:
+        return memoryview(data).tobytes()
+    except TypeError:
+        raise TypeError(
+            f"data must support the buffer protocol (bytes, bytearray, memoryview, numpy "
+            f"arrays), not {type(data).__name__}"
+        ) from None
+
+
+class Node:
+    """A tagspace node on ucxx's worker (or another host's ``UCS_THREAD_MODE_MULTI`` worker).
+
+    ``worker``: None for ucxx's current worker (``ucxx.init()`` first), a ucxx worker object
+    (``.handle``), or a raw ``ucp_worker_h`` as an int. ``progress``: ``"host"`` (ucxx
+    progresses its worker, in "thread" or "blocking" mode) or ``"node"``. Every call is
+    thread-safe. Close it before ``ucxx.reset()``.
+    """
+
+    def __init__(
+        self,
+        worker: Any = None,
+        *,
+        progress: str = "host",
+        heartbeat_interval_ms: int = 1000,
+        heartbeat_timeout_ms: int = 30000,
+    ) -> None:
+        if worker is None:
+            import ucxx
+
+            worker = ucxx.core._get_ctx().worker
+        handle, keep = _handle(worker, "handle", "worker")
+        self._raw = _tagspace.Node(
+            handle, keep, progress, heartbeat_interval_ms, heartbeat_timeout_ms
+        )
+        # id(endpoint object) -> the handle it had when attached: a ucxx endpoint whose peer
+        # failed reports itself closed, but its handle stays valid (and attached) until it is
+        # closed with ``await ep.close()``, which must come after ``detach``.
+        self._attached: dict = {}
+
+    def _ep(self, ep: Any) -> int:
+        """The handle of an endpoint given as attached (object or int)."""
+        if isinstance(ep, int) and not isinstance(ep, bool):
+            return ep
+        h = self._attached.get(id(ep))
+        if h is not None:
+            return h
+        return _handle(ep, "ucp_endpoint", "endpoint")[0]
+
+    @property
+    def token(self) -> int:
+        """This process's token: how peers name it (``peer`` in routing calls)."""
+        return self._raw.token
+
+    @property
+    def info(self) -> dict:
+        """The worker's thread mode, the UCX loaded, who progresses."""
+        return self._raw.info
+
+    @property
+    def closed(self) -> bool:
+        return self._raw.closed
+
+    def attach(self, ep: Any, side: str, *, watch: bool = False) -> None:
+        """Lets tagspace use endpoint ``ep`` (a ucxx endpoint or a ``ucp_ep_h`` int); the
+        endpoint object is kept alive until ``detach``.
+
+        ``side``: ``"initiator"`` on the process that called ``create_endpoint`` (connected to
+        the peer's listener), ``"acceptor"`` on the one whose listener handed it over.
+        ``watch``: report the peer failed from ucxx's close callback
+        (``ep.set_close_callback``, which holds one callback: it replaces one set before).
+        Without it, a dead peer is noticed by tagspace's heartbeat, or by calling
+        ``peer_failed`` yourself.
+        """
+        handle, keep = _handle(ep, "ucp_endpoint", "endpoint")
+        if watch and not callable(getattr(ep, "set_close_callback", None)):
+            raise TypeError("watch=True needs a ucxx endpoint (set_close_callback)")
+        self._raw.attach(handle, side, keep)
+        if keep is not None:
+            self._attached[id(ep)] = handle
+        if watch:
+            raw = self._raw
+
+            def closed() -> None:
+                # On ucxx's thread; never raise into ucxx (the node may be closed already).
+                try:
+                    raw.peer_failed(handle, -25)
+                except TagspaceError:
+                    pass
+
+            ep.set_close_callback(closed)
+
+    def detach(self, ep: Any) -> None:
+        """Stops using ``ep``; call it before closing the endpoint (``await ep.close()``),
+        also after its peer failed."""
+        handle = self._ep(ep)
+        self._raw.detach(handle)
+        self._attached.pop(id(ep), None)
+
+    def peer_failed(self, ep: Any, status: int = -25) -> None:
+        """``ep``'s peer failed (from an error or close callback; any thread)."""
+        self._raw.peer_failed(self._ep(ep), status)
+
+    def peer_on(self, ep: Any) -> Optional[int]:
+        """The token of the peer on ``ep`` once the handshake finished, else None."""
+        return self._raw.peer_on(self._ep(ep))
+
+    def wait_peer(self, ep: Any, timeout: float = 30.0) -> int:
+        """Progresses until the handshake on ``ep`` finished; returns the peer's token."""
+        deadline = time.monotonic() + timeout
+        while True:
+            token = self.peer_on(ep)
+            if token is not None:
+                return token
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no tagspace handshake on {ep!r} within {timeout} s")
+            if not self._raw.progress():
+                time.sleep(0.0005)
+
+    async def apeer(self, ep: Any, timeout: float = 30.0) -> int:
+        """Awaitable ``wait_peer``."""
+        return await _poll(self, lambda: self.peer_on(ep), timeout, f"handshake on {ep!r}")
+
+    def progress(self) -> bool:
+        """Handles what arrived (the waits here call it); True if anything happened."""
+        return self._raw.progress()
+
+    def register(self, name: str) -> "Library":
+        """Registers library ``name`` (its well-known namespace, or a free dynamic one that
+        peers learn through the handshake)."""
+        return Library(self, self._raw.register(name))
+
+    def peers(self) -> list:
+        """Tokens of peers with an established connection."""
+        return self._raw.peers()
+
+    def stats(self) -> dict:
+        return self._raw.stats()
+
+    def close(self, timeout_ms: int = 1000) -> None:
+        """Closes the node's libraries and connections; ucxx's worker and endpoints stay."""
+        self._raw.close(timeout_ms)
+
+    def __enter__(self) -> "Node":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return repr(self._raw)
+
+
+async def _poll(node: Node, ready: Any, timeout: float, what: str) -> Any:
+    """Awaits ``ready()`` returning non-None, progressing the node and yielding to the loop
+    (so ucxx's "blocking" mode, which progresses on the loop, keeps running)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    delay = 0.0
+    while True:
+        value = ready()
+        if value is not None:
+            return value
+        if loop.time() > deadline:
+            raise TimeoutError(f"{what} did not finish in {timeout} s")
+        if node._raw.progress():
+            delay = 0.0
+        await asyncio.sleep(delay)
+        delay = min(max(delay * 2, 1e-5), 1e-3)
+
+
+class Library:
+    """One library's namespace on a node (from ``Node.register``); thread-safe."""
+
+    def __init__(self, node: Node, raw: Any) -> None:
+        self._node = node
+        self._raw = raw
+
+    @property
+    def name(self) -> str:
+        return self._raw.name
+
+    @property
+    def namespace_id(self) -> int:
+        """The namespace's id in this process (peers may use another: the handshake maps it)."""
+        return self._raw.namespace_id
+
+    @property
+    def closed(self) -> bool:
+        return self._raw.closed
+
+    def tag(self, peer: int, payload: int) -> int:
+        """The tag carrying ``payload`` to this library on ``peer`` (for ucxx's
+        ``send(..., tag=..., force_tag=True)``). NotConnectedError / NotAnnouncedError until
+        the handshake finished and the peer registered the name."""
+        return self._raw.tag(peer, payload)
+
+    def wait_tag(self, peer: int, payload: int = 0, timeout: float = 30.0) -> int:
+        """``tag``, progressing until the peer has registered the name."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self._raw.tag(peer, payload)
+            except (NotConnectedError, NotAnnouncedError):
+                if time.monotonic() > deadline:
+                    raise
+            if not self._node._raw.progress():
+                time.sleep(0.0005)
+
+    async def atag(self, peer: int, payload: int = 0, timeout: float = 30.0) -> int:
+        """Awaitable ``wait_tag``."""
+
+        def ready() -> Optional[int]:
+            try:
+                return self._raw.tag(peer, payload)
+            except (NotConnectedError, NotAnnouncedError):
+                return None
+
+        return await _poll(self._node, ready, timeout, f"{self.name} on peer {peer:#x}")
+
+    def matcher(self, payload: int) -> Tuple[int, int]:
+        """``(tag, mask)`` receiving ``payload`` sent to this library here (the mask is full:
+        ucxx's ``recv(..., tag=tag, force_tag=True)`` matches exactly)."""
+        return self._raw.matcher(payload)
+
+    def send(self, peer: int, payload: int, data: Buffer, timeout_ms: int = 10000) -> Op:
+        """Starts sending ``data`` (any buffer; copied) to ``payload`` on ``peer``."""
+        return self._raw.send(peer, payload, _bytes(data), timeout_ms)
+
+    def recv(self, payload: int, max_len: int, peer: Optional[int] = None) -> Op:
+        """Posts a receive for ``payload`` (at most ``max_len`` bytes); with ``peer``, it fails
+        with PeerDownError when that peer goes down first."""
+        return self._raw.recv(payload, max_len, peer)
+
+    def take(self, op: Op) -> Tuple[bool, Optional[bytes]]:
+        """``(True, result)`` once ``op`` finished (bytes for a receive), ``(False, None)``
+        before; raises the operation's error."""
+        return self._raw.take(op)
+
+    def wait(self, op: Op, timeout: float = 30.0) -> Optional[bytes]:
+        """Waits for ``op`` (the GIL released), returning its result or raising its error."""
+        return self._raw.wait(op, timeout)
+
+    async def await_op(self, op: Op, timeout: float = 30.0) -> Optional[bytes]:
+        """Awaitable ``wait``: works with ucxx in "thread" and in "blocking" mode."""
+        done: list = []
+
+        def ready() -> Optional[bool]:
+            finished, value = self._raw.take(op)
+            if finished:
+                done.append(value)
+                return True
+            return None
+
+        await _poll(self._node, ready, timeout, f"operation {op.id}")
+        return done[0]
+
+    async def asend(
+        self, peer: int, payload: int, data: Buffer, timeout: float = 30.0
+    ) -> None:
+        """Sends and awaits completion."""
+        await self.await_op(self.send(peer, payload, data, int(timeout * 1000)), timeout)
+
+    async def arecv(
+        self, payload: int, max_len: int, peer: Optional[int] = None, timeout: float = 30.0
+    ) -> bytes:
+        """Receives and returns the data."""
+        data = await self.await_op(self.recv(payload, max_len, peer), timeout)
+        assert data is not None
+        return data
+
+    def cancel(self, op: Op) -> None:
+        self._raw.cancel(op)
+
+    def listen(self) -> None:
+        """Starts queueing peer events (``peer_event``): peers already up are reported."""
+        self._raw.listen()
+
+    def peer_event(self) -> Optional[tuple]:
+        """``("up", peer, None)``, ``("down", peer, why)`` or None."""
+        return self._raw.peer_event()
+
+    def counters(self) -> dict:
+        return self._raw.counters()
+
+    def close(self) -> None:
+        """Releases the namespace (peers are told; waiting operations are forgotten)."""
+        self._raw.close()
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "<tagspace Library (closed)>"
+        return f"<tagspace Library {self.name!r} id={self.namespace_id}>"
