@@ -1097,6 +1097,27 @@ impl Node {
         Ok(Some((ep, l.ns.remote_tag(route, payload)?.raw())))
     }
 
+    /// [`route_tag`](Self::route_tag) for the peer's inbox tag of `lib` ("a new transmission
+    /// has begun"), for a runtime that sends it with its own calls.
+    pub fn route_inbox(
+        &self,
+        lib: LibId,
+        peer: u64,
+    ) -> Result<Option<(&Endpoint, u64)>, NodeError> {
+        let i = self.conn_index(peer)?;
+        let c = &self.conns[i];
+        let l = self
+            .libs
+            .get(lib.0)
+            .and_then(Option::as_ref)
+            .ok_or(NodeError::NoSuchLibrary)?;
+        let Some(route) = c.route(lib, &l.ns) else {
+            return Ok(None);
+        };
+        let ep = c.ep.as_ref().ok_or(NodeError::NoConnection { peer })?;
+        Ok(Some((ep, l.ns.remote_inbox(route)?.raw())))
+    }
+
     /// Recomputes connection `i`'s route cache from its session's directory.
     fn refresh_routes(&mut self, i: usize) {
         let c = &mut self.conns[i];

@@ -400,6 +400,30 @@ impl Library {
         Ok(Some((ep, tag)))
     }
 
+    /// The host's endpoint to `peer` and the peer's inbox tag for this library
+    /// ([`Node::route_inbox`]); `Ok(None)` while the peer has not announced the name. Takes the
+    /// node's lock shared (not cached: an inbox message starts a transmission, it is not one).
+    pub fn route_inbox(&self, peer: u64) -> Result<Option<(sys::ucp_ep_h, u64)>, NodeError> {
+        let st = self.node.read();
+        // Audited for the shared lock: as `route`.
+        Ok(st
+            .node
+            .route_inbox(self.lib, peer)?
+            .map(|(ep, tag)| (ep.as_raw(), tag)))
+    }
+
+    /// The exact matcher (tag, full mask) of this library's inbox here, for the host's own
+    /// receive or probe. Takes the node's lock shared.
+    pub fn inbox_matcher(&self) -> Result<(u64, u64), NodeError> {
+        let st = self.node.read();
+        let m = st
+            .node
+            .namespace(self.lib)
+            .ok_or(NodeError::NoSuchLibrary)?
+            .inbox_matcher();
+        Ok((m.tag(), m.mask()))
+    }
+
     /// The tag and mask (full, D1) that receive `payload` sent to this library here, for the
     /// host's own `ucp_tag_recv_nbx`. Takes the node's lock shared.
     pub fn matcher(&self, payload: u64) -> Result<(u64, u64), NodeError> {

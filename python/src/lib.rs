@@ -413,6 +413,22 @@ impl Library {
         self.with(|l| l.matcher(payload))?.map_err(err)
     }
 
+    /// The peer's inbox tag for this library ("a new transmission has begun"), for ucxx's
+    /// own send; raises as `tag` does.
+    fn inbox_tag(&self, peer: u64) -> PyResult<u64> {
+        match self.with(|l| l.route_inbox(peer))?.map_err(err)? {
+            Some((_, tag)) => Ok(tag),
+            None => Err(NotAnnouncedError::new_err(format!(
+                "peer {peer:#x} has not registered this library's name yet"
+            ))),
+        }
+    }
+
+    /// The tag and mask (full) of this library's inbox here, for ucxx's own recv or probe.
+    fn inbox_matcher(&self) -> PyResult<(u64, u64)> {
+        self.with(|l| l.inbox_matcher())?.map_err(err)
+    }
+
     /// Sends `data` (bytes) to `payload` in this library's namespace on `peer`, waiting up to
     /// `timeout_ms` for the peer to announce the name. Returns the operation.
     #[pyo3(signature = (peer, payload, data, timeout_ms = 10000))]

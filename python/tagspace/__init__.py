@@ -314,6 +314,16 @@ class Library:
         ucxx's ``recv(..., tag=tag, force_tag=True)`` matches exactly)."""
         return self._raw.matcher(payload)
 
+    def inbox_tag(self, peer: int) -> int:
+        """The peer's inbox tag for this library ("a new transmission has begun": one tag per
+        library, whatever the payload), for ucxx's own ``send(..., force_tag=True)``."""
+        return self._raw.inbox_tag(peer)
+
+    def inbox_matcher(self) -> Tuple[int, int]:
+        """``(tag, mask)`` of this library's inbox here, for ucxx's own recv or
+        ``tag_probe``."""
+        return self._raw.inbox_matcher()
+
     def send(self, peer: int, payload: int, data: Buffer, timeout_ms: int = 10000) -> Op:
         """Starts sending ``data`` (any buffer; copied) to ``payload`` on ``peer``."""
         return self._raw.send(peer, payload, _bytes(data), timeout_ms)
