@@ -46,7 +46,7 @@ use tagspace_core::namespace::{am_namespace, Route};
 use tagspace_core::session::{Event, Phase, Session, SessionError};
 use tagspace_core::wellknown::CONTROL_ID;
 use tagspace_core::wire::{self, CloseReason, Role, MAX_FRAME_LEN};
-use tagspace_core::{Namespace, Registry, TagLayout};
+use tagspace_core::{Namespace, Registry, Tag, TagError, TagLayout};
 use ucx1_sys as sys;
 
 pub use tagspace_core::wire::Role as Side;
@@ -1083,26 +1083,15 @@ impl Node {
         peer: u64,
         payload: u64,
     ) -> Result<Option<(&Endpoint, u64)>, NodeError> {
-        let i = self.conn_index(peer)?;
-        let c = &self.conns[i];
-        let l = self
-            .libs
-            .get(lib.0)
-            .and_then(Option::as_ref)
-            .ok_or(NodeError::NoSuchLibrary)?;
-        let Some(route) = c.route(lib, &l.ns) else {
-            return Ok(None);
-        };
-        let ep = c.ep.as_ref().ok_or(NodeError::NoConnection { peer })?;
-        Ok(Some((ep, l.ns.remote_tag(route, payload)?.raw())))
+        self.routed(lib, peer, |ns, route| ns.remote_tag(route, payload))
     }
 
-    /// [`route_tag`](Self::route_tag) for the peer's inbox tag of `lib` ("a new transmission
-    /// has begun"), for a runtime that sends it with its own calls.
-    pub fn route_inbox(
+    /// The endpoint to `peer` and `tag(lib's namespace, the peer's route for it)`.
+    fn routed(
         &self,
         lib: LibId,
         peer: u64,
+        tag: impl FnOnce(&Namespace<'static, CAP>, Route) -> Result<Tag, TagError>,
     ) -> Result<Option<(&Endpoint, u64)>, NodeError> {
         let i = self.conn_index(peer)?;
         let c = &self.conns[i];
@@ -1115,7 +1104,17 @@ impl Node {
             return Ok(None);
         };
         let ep = c.ep.as_ref().ok_or(NodeError::NoConnection { peer })?;
-        Ok(Some((ep, l.ns.remote_inbox(route)?.raw())))
+        Ok(Some((ep, tag(&l.ns, route)?.raw())))
+    }
+
+    /// [`route_tag`](Self::route_tag) for the peer's inbox tag of `lib` ("a new transmission
+    /// has begun"), for a runtime that sends it with its own calls.
+    pub fn route_inbox(
+        &self,
+        lib: LibId,
+        peer: u64,
+    ) -> Result<Option<(&Endpoint, u64)>, NodeError> {
+        self.routed(lib, peer, |ns, route| ns.remote_inbox(route))
     }
 
     /// Recomputes connection `i`'s route cache from its session's directory.

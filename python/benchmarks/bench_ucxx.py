@@ -151,12 +151,8 @@ async def worker():
         json.dump(out, open(os.path.join(args.dir, "result"), "w"))
     await ep.send(ack, tag=FIXED - 2, force_tag=True)
     await ep.recv(ack, tag=FIXED - 2, force_tag=True)
-    node.detach(ep)
+    await node.close_endpoint(ep)
     node.close()
-    try:
-        await ep.close()
-    except Exception:
-        pass
     if listener is not None:
         listener.close()
 

@@ -158,13 +158,8 @@ async def worker():
     await asyncio.gather(*(eps[r].send(bytearray(b"bye"), tag=78) for r in peers),
                          *(eps[r].recv(bytearray(3), tag=78) for r in peers))
     for r in peers:
-        node.detach(eps[r])
+        await node.close_endpoint(eps[r])  # detach, then ucxx's close
     node.close()
-    for r in peers:
-        try:
-            await eps[r].close()
-        except Exception:
-            pass
     listener.close()
     if not ok:
         sys.exit(2)

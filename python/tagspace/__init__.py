@@ -188,6 +188,16 @@ class Node:
         self._raw.detach(handle)
         self._attached.pop(id(ep), None)
 
+    async def close_endpoint(self, ep: Any) -> None:
+        """Detaches ``ep`` (if attached) and closes it with ucxx (``await ep.close()``), in
+        that order; a close that fails because the peer is already gone is not an error."""
+        if id(ep) in self._attached and not self.closed:
+            self.detach(ep)
+        try:
+            await ep.close()
+        except Exception:  # ucxx raises when the peer closed or failed first
+            pass
+
     def peer_failed(self, ep: Any, status: int = -25) -> None:
         """``ep``'s peer failed (from an error or close callback; any thread)."""
         self._raw.peer_failed(self._ep(ep), status)

@@ -241,15 +241,10 @@ async def main():
         buf = bytearray(3)
         await eps[r].recv(buf, tag=424242)
     for r in peers:
-        node.detach(eps[r])
+        await node.close_endpoint(eps[r])
     node.close()
     result["closed"] = node.closed
     write(f"result.{rank}", result)
-    for r in peers:
-        try:
-            await eps[r].close()
-        except Exception:
-            pass
     listener.close()
 
 
