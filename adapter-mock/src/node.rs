@@ -119,6 +119,10 @@ pub struct Node {
     /// The fabric's time at the last `progress` (new connections start their deadlines there).
     last_now_ms: u64,
     deadline_closes: u64,
+    /// Host mode ([`set_host_mode`](Node::set_host_mode)).
+    host: bool,
+    /// Host mode: released ids whose pins wait until nothing is queued in them.
+    held: Vec<u16>,
 }
 
 impl Node {
@@ -158,7 +162,25 @@ impl Node {
             live: LiveClock::new(fab.now_ms()),
             last_now_ms: fab.now_ms(),
             deadline_closes: 0,
+            host: false,
+            held: Vec::new(),
         }
+    }
+
+    /// Host mode, as the UCX node's on a host's worker (`Node::adopt` there): the worker and
+    /// its endpoints are shared with a host's own libraries, whose tags (random 64-bit hashes,
+    /// as ucxx's) fall in every namespace id. So tagspace takes nothing it does not own: no
+    /// stray sweep (`drain_strays` does nothing), withdrawal acks taken by exact probes of the
+    /// tags the sessions wait for (no wildcard over the control namespace), and a released id
+    /// whose withdrawal is confirmed is freed only once nothing is queued in it — looked at
+    /// without taking ([`quarantine_held`](Self::quarantine_held) counts the ids held).
+    pub fn set_host_mode(&mut self) {
+        self.host = true;
+    }
+
+    /// Host mode: released ids kept quarantined because a message is still queued in them.
+    pub fn quarantine_held(&self) -> usize {
+        self.held.len()
     }
 
     /// The heartbeat ([`Liveness`], on by default as on UCX); `None` turns it off.
@@ -586,9 +608,10 @@ impl Node {
             self.advance_op(fab, id);
         }
         let now = fab.now_ms();
-        if self
-            .last_drain_ms
-            .is_none_or(|t| now >= t + DRAIN_INTERVAL_MS)
+        if !self.host
+            && self
+                .last_drain_ms
+                .is_none_or(|t| now >= t + DRAIN_INTERVAL_MS)
         {
             self.drain_strays(fab);
             self.last_drain_ms = Some(now);
@@ -656,22 +679,41 @@ impl Node {
     /// each to the session whose withdrawal it confirms; anything else there is a stray.
     fn take_ack_tags(&mut self, fab: &mut Fabric) {
         let layout = *self.registry.layout();
+        if self.host {
+            // Exactly the tags some session waits for (a host's tags may be anywhere else).
+            let awaited: Vec<u64> = self
+                .conns
+                .iter()
+                .flat_map(|c| c.session.awaited_ack_tags())
+                .map(|(id, seq)| tagspace_core::wire::ack_tag(&layout, id, seq))
+                .collect();
+            for tag in awaited {
+                if let Ok(Some(_)) = fab.tag_probe(self.worker, tag, u64::MAX, true) {
+                    self.on_ack_tag(tag);
+                }
+            }
+            return;
+        }
         let tag = (CONTROL_ID as u64) << layout.namespace_field().shift();
         while let Ok(Some(r)) = fab.tag_probe(self.worker, tag, layout.namespace_mask(), true) {
-            let mine =
-                tagspace_core::wire::parse_ack_tag(&layout, r.tag).is_some_and(|(id, seq)| {
-                    self.conns.iter_mut().any(|c| {
-                        let hit = c.session.on_ack_tag(id, seq);
-                        if hit {
-                            c.deadlines.acks_arrived();
-                        }
-                        hit
-                    })
-                });
-            if !mine {
+            if !self.on_ack_tag(r.tag) {
                 self.stray += 1;
             }
         }
+    }
+
+    /// Hands an ack tag to the session whose withdrawal it confirms; false if none's.
+    fn on_ack_tag(&mut self, tag: u64) -> bool {
+        let layout = *self.registry.layout();
+        tagspace_core::wire::parse_ack_tag(&layout, tag).is_some_and(|(id, seq)| {
+            self.conns.iter_mut().any(|c| {
+                let hit = c.session.on_ack_tag(id, seq);
+                if hit {
+                    c.deadlines.acks_arrived();
+                }
+                hit
+            })
+        })
     }
 
     /// R7: ids whose withdrawal a peer confirmed, and every pin of a connection that went
@@ -688,6 +730,23 @@ impl Node {
             }
         }
         let field = self.registry.layout().namespace_field();
+        if self.host {
+            // A host's message queued in the id keeps it held (never taken: it is the host's).
+            ids.append(&mut self.held);
+            for id in ids {
+                let tag = (id as u64) << field.shift();
+                let waiting = matches!(
+                    fab.tag_probe(self.worker, tag, field.mask(), false),
+                    Ok(Some(_))
+                );
+                if waiting && self.registry.is_quarantined(id) {
+                    self.held.push(id);
+                } else {
+                    self.registry.unpin(id);
+                }
+            }
+            return;
+        }
         for id in ids {
             if self.registry.is_quarantined(id) {
                 let tag = (id as u64) << field.shift();
@@ -733,6 +792,9 @@ impl Node {
     /// D2: takes out every unexpected message whose namespace id is not registered here (the
     /// control id and unregistered ids; id 0 belongs to legacy code and is left alone).
     pub fn drain_strays(&mut self, fab: &mut Fabric) {
+        if self.host {
+            return; // host mode: nothing here is tagspace's to take
+        }
         let layout = *self.registry.layout();
         let field = layout.namespace_field();
         // The control id (1) carries withdrawal acks: `take_ack_tags` takes those.

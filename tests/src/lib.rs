@@ -47,6 +47,13 @@ pub trait Cluster {
     fn release(&mut self, p: Proc, lib: Lib);
     /// `from` opens a connection to `to` (both calls before `settle` = simultaneous connect).
     fn connect(&mut self, from: Proc, to: Proc) -> Result<(), String>;
+    /// Starts a process in host mode: its worker and endpoints belong to a "host" whose own
+    /// libraries send on them too (ucxx-style random tags, RAFT-style tags), so tagspace
+    /// takes nothing it does not own (see `Node::adopt` on UCX, `Node::set_host_mode` on the
+    /// mock). Hosted processes connect only to hosted ones.
+    fn spawn_hosted(&mut self) -> Proc;
+    /// Host mode: released ids kept quarantined because a host's message waits in them.
+    fn quarantine_held(&self, p: Proc) -> usize;
     /// Lets every process make progress until nothing more happens without time passing.
     fn settle(&mut self);
     /// Lets `ms` milliseconds pass (with progress).
@@ -138,7 +145,8 @@ macro_rules! conformance_suite {
             active_messages_are_namespaced,
             registry_capacity_namespaces,
             many_processes,
-            randomized_exactly_once
+            randomized_exactly_once,
+            host_libraries_coexist_with_tagspace
         );
     };
     (@cases $make:expr; $($case:ident),*) => {

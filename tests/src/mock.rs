@@ -44,6 +44,16 @@ impl Cluster for MockCluster {
         p
     }
 
+    fn spawn_hosted(&mut self) -> Proc {
+        let p = self.spawn();
+        self.nodes[p].set_host_mode();
+        p
+    }
+
+    fn quarantine_held(&self, p: Proc) -> usize {
+        self.nodes[p].quarantine_held()
+    }
+
     fn register(&mut self, p: Proc, name: &str) -> Result<Lib, String> {
         self.nodes[p]
             .register(name)

@@ -11,7 +11,7 @@
 use crate::{Cluster, Counters, Lib, Op, OpResult, Proc};
 use std::time::{Duration, Instant};
 use tagspace_core::{Registry, TagLayout};
-use tagspace_ucx::node::{Clock, LibId, Node, NodeConfig, OpId};
+use tagspace_ucx::node::{Clock, HostProgress, LibId, Node, NodeConfig, OpId, Side};
 use tagspace_ucx::ucp::{Config, Endpoint, Request, Started, Worker};
 
 /// Largest message a conformance receive accepts.
@@ -28,6 +28,15 @@ pub struct UcxCluster {
     raw: Vec<(Worker, Endpoint)>,
     /// Processes that no longer progress ([`Cluster::freeze`]).
     frozen: Vec<Proc>,
+    /// Hosted processes ([`Cluster::spawn_hosted`]): the host's worker and the endpoints it
+    /// made, dropped after the nodes that borrow them (field order).
+    hosts: std::collections::HashMap<Proc, Host>,
+}
+
+/// What a host owns in a hosted process: its worker and its endpoints (by worker address).
+struct Host {
+    worker: Worker,
+    eps: Vec<Endpoint>,
 }
 
 impl UcxCluster {
@@ -42,6 +51,7 @@ impl UcxCluster {
             background: Vec::new(),
             raw: Vec::new(),
             frozen: Vec::new(),
+            hosts: std::collections::HashMap::new(),
         }
     }
 
@@ -80,6 +90,34 @@ impl UcxCluster {
         busy
     }
 
+    /// Two hosts make endpoints to each other's worker address (as RAFT does) and attach
+    /// them: the lower index as the initiator.
+    fn connect_hosted(&mut self, from: Proc, to: Proc) -> Result<(), String> {
+        let mut made = Vec::new();
+        for (me, peer) in [(from, to), (to, from)] {
+            let addr = self.hosts[&peer]
+                .worker
+                .address()
+                .map_err(|e| e.to_string())?;
+            // SAFETY: a live worker's address, from `address()`.
+            let ep = unsafe { Endpoint::connect_address(&self.hosts[&me].worker, &addr) }
+                .map_err(|e| e.to_string())?;
+            made.push((me, ep));
+        }
+        for (me, ep) in made {
+            let side = if me == from.min(to) {
+                Side::Initiator
+            } else {
+                Side::Acceptor
+            };
+            let raw = ep.as_raw();
+            self.hosts.get_mut(&me).expect("hosted").eps.push(ep);
+            // SAFETY: the host keeps the endpoint (in `hosts`) until after the node is gone.
+            unsafe { self.node(me).attach(raw, side) }.map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
     /// Progresses every node until `done` or 10 s pass.
     fn until(&mut self, mut done: impl FnMut(&mut Self) -> bool) -> bool {
         let start = Instant::now();
@@ -108,6 +146,37 @@ impl Cluster for UcxCluster {
         p
     }
 
+    fn spawn_hosted(&mut self) -> Proc {
+        let p = self.nodes.len();
+        let registry: &'static Registry<256> =
+            Box::leak(Box::new(Registry::new(TagLayout::DEFAULT)));
+        let worker = Worker::new(&self.ucx).expect("the host's worker");
+        let cfg = NodeConfig {
+            identity: std::sync::Arc::new(crate::identity(p)),
+            clock: self.clock.clone(),
+            listen: None,
+            ..NodeConfig::loopback(self.ucx.clone())
+        };
+        // SAFETY: the cluster keeps the worker in `hosts`, dropped after `nodes`.
+        let node = unsafe {
+            Node::adopt_with_registry(worker.as_raw(), cfg, HostProgress::Node, registry)
+        }
+        .expect("UCX node on the host's worker");
+        self.nodes.push(Some(node));
+        self.hosts.insert(
+            p,
+            Host {
+                worker,
+                eps: Vec::new(),
+            },
+        );
+        p
+    }
+
+    fn quarantine_held(&self, p: Proc) -> usize {
+        self.nodes[p].as_ref().map_or(0, Node::quarantine_held)
+    }
+
     fn register(&mut self, p: Proc, name: &str) -> Result<Lib, String> {
         self.node(p)
             .register(name)
@@ -120,6 +189,11 @@ impl Cluster for UcxCluster {
     }
 
     fn connect(&mut self, from: Proc, to: Proc) -> Result<(), String> {
+        match (self.hosts.contains_key(&from), self.hosts.contains_key(&to)) {
+            (false, false) => {}
+            (true, true) => return self.connect_hosted(from, to),
+            _ => return Err("hosted processes connect only to hosted ones".into()),
+        }
         let addr = self.node(to).listen_addr().map_err(|e| e.to_string())?;
         self.node(from).connect(addr).map_err(|e| e.to_string())
     }
@@ -223,6 +297,7 @@ impl Cluster for UcxCluster {
     fn kill(&mut self, p: Proc) {
         // No CLOSE, no flush: endpoints are force-closed and the worker destroyed.
         self.nodes[p] = None;
+        self.hosts.remove(&p);
     }
 
     fn legacy_send(&mut self, from: Proc, to: Proc, tag: u64, data: &[u8]) {
