@@ -464,6 +464,66 @@ impl Library {
         Ok(Library::started(id))
     }
 
+    /// Sends `data` (bytes) to this library's inbox on `peer`.
+    #[pyo3(signature = (peer, data, timeout_ms = 10000))]
+    fn send_inbox(&self, py: Python<'_>, peer: u64, data: &[u8], timeout_ms: u64) -> PyResult<Op> {
+        let data = data.to_vec();
+        let id = py.detach(|| self.with(|l| l.send_inbox(peer, data, timeout_ms)))?;
+        Ok(Library::started(id))
+    }
+
+    /// Takes the next message in this library's inbox, if one waits: an operation whose
+    /// result is the data (at most `max_len` bytes), or None.
+    fn probe_inbox(&self, py: Python<'_>, max_len: usize) -> PyResult<Option<Op>> {
+        let op = py
+            .detach(|| self.with(|l| l.probe_inbox(max_len)))?
+            .map_err(err)?;
+        Ok(op.map(Library::started))
+    }
+
+    /// Sends `data` to `peer` on `data`'s library-local Active Message id `local` (this
+    /// library's AM ids on the peer, through the handshake).
+    #[pyo3(signature = (peer, local, data, timeout_ms = 10000))]
+    fn am_send(
+        &self,
+        py: Python<'_>,
+        peer: u64,
+        local: u16,
+        data: &[u8],
+        timeout_ms: u64,
+    ) -> PyResult<Op> {
+        let data = data.to_vec();
+        let id = py.detach(|| self.with(|l| l.am_send(peer, local, data, timeout_ms)))?;
+        Ok(Library::started(id))
+    }
+
+    /// Starts receiving Active Messages on this library's local AM id `local`.
+    fn am_listen(&self, py: Python<'_>, local: u16) -> PyResult<()> {
+        py.detach(|| self.with(|l| l.am_listen(local)))?
+            .map_err(err)
+    }
+
+    /// The next Active Message that arrived on `local` (bytes), or None; progresses the node
+    /// once first.
+    fn am_take(&self, py: Python<'_>, local: u16) -> PyResult<Option<Py<PyAny>>> {
+        let got = py.detach(|| {
+            self.with(|l| {
+                l.node().progress();
+                l.am_take(local)
+            })
+        })?;
+        Ok(got.map(|d| PyBytes::new(py, &d).into_any().unbind()))
+    }
+
+    /// The oldest message waiting for this library that nobody received yet, as
+    /// `(tag, length)`, or None (one partial-mask probe: for monitoring, not per message).
+    fn oldest_waiting(&self, py: Python<'_>) -> PyResult<Option<(u64, usize)>> {
+        let w = py
+            .detach(|| self.with(|l| l.oldest_waiting()))?
+            .map_err(err)?;
+        Ok(w.map(|i| (i.tag, i.len)))
+    }
+
     /// The result of `op` if it finished (bytes for a receive, None for a send), raising its
     /// error if it failed; `(False, None)` while it runs. Taking forgets the operation.
     fn take(&self, py: Python<'_>, op: &Op) -> PyResult<(bool, Py<PyAny>)> {

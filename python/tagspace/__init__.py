@@ -343,6 +343,47 @@ class Library:
         with PeerDownError when that peer goes down first."""
         return self._raw.recv(payload, max_len, peer)
 
+    def send_inbox(self, peer: int, data: Buffer, timeout_ms: int = 10000) -> Op:
+        """Starts sending ``data`` to this library's inbox on ``peer`` ("a new transmission
+        has begun")."""
+        return self._raw.send_inbox(peer, _bytes(data), timeout_ms)
+
+    def probe_inbox(self, max_len: int) -> Optional[Op]:
+        """Takes the next inbox message if one waits: an operation whose result is the data
+        (``wait``/``await_op`` it), or None."""
+        return self._raw.probe_inbox(max_len)
+
+    async def anext_inbox(self, max_len: int, timeout: float = 30.0) -> bytes:
+        """Awaits the next inbox message and returns its data."""
+        op = await _poll(self._node, lambda: self._raw.probe_inbox(max_len), timeout,
+                         f"{self.name}'s inbox")
+        data = await self.await_op(op, timeout)
+        assert data is not None
+        return data
+
+    def am_send(self, peer: int, local: int, data: Buffer, timeout_ms: int = 10000) -> Op:
+        """Starts sending an Active Message to this library's local AM id ``local`` on
+        ``peer`` (tagspace's AM ids, never ucxx's id 0)."""
+        return self._raw.am_send(peer, local, _bytes(data), timeout_ms)
+
+    def am_listen(self, local: int) -> None:
+        """Starts receiving Active Messages on local AM id ``local``."""
+        self._raw.am_listen(local)
+
+    def am_take(self, local: int) -> Optional[bytes]:
+        """The next Active Message on ``local``, or None."""
+        return self._raw.am_take(local)
+
+    async def am_recv(self, local: int, timeout: float = 30.0) -> bytes:
+        """Awaits the next Active Message on ``local``."""
+        return await _poll(self._node, lambda: self._raw.am_take(local), timeout,
+                           f"{self.name}'s AM {local}")
+
+    def oldest_waiting(self) -> Optional[Tuple[int, int]]:
+        """``(tag, length)`` of the oldest message for this library nobody received yet, or
+        None (for monitoring a library that stopped receiving)."""
+        return self._raw.oldest_waiting()
+
     def take(self, op: Op) -> Tuple[bool, Optional[bytes]]:
         """``(True, result)`` once ``op`` finished (bytes for a receive), ``(False, None)``
         before; raises the operation's error."""
