@@ -45,6 +45,8 @@ cc -std=c11 -O2 -Wall -Wextra -Werror capi/c/adopt.c -o "$work/c-adopt" \
   $(pkg-config --cflags --libs tagspace ucx)
 cc -std=c11 -O2 -Wall -Wextra -Werror capi/c/bench.c -o "$work/c-bench" \
   $(pkg-config --cflags --libs tagspace ucx)
+cc -std=c11 -O2 -Wall -Wextra -Werror -pthread capi/c/threads.c -o "$work/c-threads" \
+  $(pkg-config --cflags --libs tagspace ucx)
 c++ -std=c++17 -O2 -Wall -Wextra -Werror -pedantic capi/c/host.cpp -o "$work/cpp-host" \
   $(pkg-config --cflags --libs tagspace ucx)
 # Static: libtagspace.a and what it needs (Libs.private), UCX still the system's shared one.
@@ -67,6 +69,9 @@ run env UCX_TLS=shm,self "$work/c-host-static" --procs 2 --rounds 100
 run env UCX_TLS=tcp "$work/c-adopt" --procs 2 --rounds 300
 run env UCX_TLS=shm,self "$work/c-adopt" --procs 4 --rounds 300
 run "$work/c-adopt" --procs 3 --rounds 200
+# Library threads + a host progress thread + peer_failed from inside UCX, on MULTI workers.
+run env UCX_TLS=tcp "$work/c-threads"
+run env UCX_TLS=shm,self "$work/c-threads"
 # The host's UCX is whichever libucp the host loads: the same binaries against UCX 1.22 (PyPI's
 # libucx-cu12 wheel), built against the system's 1.13 headers.
 wheel=$(scripts/ucx-lib.sh wheel)
@@ -74,6 +79,7 @@ run env LD_LIBRARY_PATH="$wheel:$LD_LIBRARY_PATH" UCX_TLS=shm,self "$work/c-host
 run env LD_LIBRARY_PATH="$wheel:$LD_LIBRARY_PATH" UCX_TLS=tcp "$work/cpp-host" --rounds 200
 run env LD_LIBRARY_PATH="$wheel:$LD_LIBRARY_PATH" UCX_TLS=shm,self "$work/c-adopt" --procs 4 --rounds 200
 run env LD_LIBRARY_PATH="$wheel:$LD_LIBRARY_PATH" UCX_TLS=tcp "$work/c-adopt" --procs 2 --rounds 200
+run env LD_LIBRARY_PATH="$wheel:$LD_LIBRARY_PATH" UCX_TLS=shm,self "$work/c-threads"
 echo "--- data-path benchmark (ratios against raw libucp in the same run)"
 if [ "${CAPI_BENCH:-quick}" = full ]; then
   for tls in shm,self tcp; do run env UCX_TLS=$tls "$work/c-bench"; done

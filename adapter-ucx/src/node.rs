@@ -60,6 +60,9 @@ pub(crate) fn failure_status(status: i8) -> Status {
     }
 }
 
+/// How many failed host endpoints a node remembers, so that detaching one is not an error.
+pub const FAILED_EPS_KEPT: usize = 1024;
+
 /// Registry capacity (the process-wide registry's).
 pub const CAP: usize = 256;
 /// How often (ms) `progress` starts a sweep for stray messages (D2).
@@ -539,6 +542,10 @@ pub struct Node {
     /// whether or not their connection is still up (a peer's CLOSE ends the connection, not
     /// the attachment).
     attached: std::collections::HashSet<EpKey>,
+    /// Host mode: attached endpoints that failed (reported by the host), newest last, at most
+    /// [`FAILED_EPS_KEPT`]: detached by the failure, so that a later `detach` of one is not
+    /// an error (a shared node's host must detach after `peer_failed`; a plain node's need not).
+    failed_eps: VecDeque<EpKey>,
     /// Host mode: control frames from endpoints not attached yet, oldest first.
     unattached: VecDeque<(EpKey, Vec<u8>)>,
     unattached_bytes: usize,
@@ -678,6 +685,7 @@ impl Node {
             host,
             ack_exact: HashMap::new(),
             attached: std::collections::HashSet::new(),
+            failed_eps: VecDeque::new(),
             unattached: VecDeque::new(),
             unattached_bytes: 0,
         };
@@ -934,7 +942,8 @@ impl Node {
             drop(c.waits);
         }
         self.attached.insert(key);
-        // SAFETY: the caller's promise.
+        self.failed_eps.retain(|k| *k != key); // a reused address: a new endpoint
+                                               // SAFETY: the caller's promise.
         let ep = unsafe { Endpoint::borrow(&self.worker, ep) };
         self.add_conn(ep, side);
         for f in self.take_unattached(key) {
@@ -971,6 +980,11 @@ impl Node {
     pub fn detach(&mut self, ep: sys::ucp_ep_h) -> Result<(), NodeError> {
         let key = EpKey::of(ep);
         if !self.attached.remove(&key) {
+            if let Some(j) = self.failed_eps.iter().position(|k| *k == key) {
+                // Failed and so detached already (peer_failed, handled by progress).
+                self.failed_eps.remove(j);
+                return Ok(());
+            }
             return Err(NodeError::Usage("this endpoint is not attached"));
         }
         let detached = UcxError {
@@ -1000,12 +1014,17 @@ impl Node {
     /// handler was given). Handled as tagspace's own error handler would be (D3): operations
     /// on it fail, the peer goes down if this was its last connection. tagspace makes no
     /// further UCX call on `ep`, and never closes it: the host does (no
-    /// [`detach`](Self::detach) needed). An endpoint that is not attached is ignored.
+    /// [`detach`](Self::detach) needed; one is harmless). An endpoint that is not attached is
+    /// ignored.
     pub fn peer_failed(&mut self, ep: sys::ucp_ep_h, status: i8) {
-        let key = EpKey::of(ep);
-        self.attached.remove(&key);
-        self.take_unattached(key);
-        self.worker.report_ep_error(key, failure_status(status));
+        let e = UcxError {
+            op: "endpoint (failure reported by the host)",
+            status: failure_status(status),
+        };
+        // At once (a shared node queues it for its next `progress`): the endpoint is detached
+        // from here on, and a later `detach` of it is harmless.
+        self.on_ep_error(EpKey::of(ep), e);
+        self.reindex();
     }
 
     /// Where a shared node ([`crate::shared::SharedNode`]) reports failures without its lock.
@@ -1539,15 +1558,7 @@ impl Node {
                 Err(e) => tracing::warn!(error = %e, "accepting a connection failed"),
             }
         }
-        let mut failed = false;
-        while let Some((key, e)) = self.worker.take_ep_error() {
-            failed = true;
-            self.on_ep_error(key, e);
-        }
-        if failed {
-            busy = true;
-            self.reindex();
-        }
+        busy |= self.absorb_ep_errors();
         busy |= self.poll_wireup();
         while let Some(am) = self.worker.take_am() {
             busy = true;
@@ -1620,7 +1631,31 @@ impl Node {
         Ok(self.progress())
     }
 
+    /// Handles the endpoint failures UCX (or the host) queued; true if there were any. A
+    /// shared node does this before anything else it does under its lock, so that no call
+    /// uses an endpoint whose failure was reported before the call began.
+    pub(crate) fn absorb_ep_errors(&mut self) -> bool {
+        let mut failed = false;
+        while let Some((key, e)) = self.worker.take_ep_error() {
+            failed = true;
+            self.on_ep_error(key, e);
+        }
+        if failed {
+            self.reindex();
+        }
+        failed
+    }
+
     fn on_ep_error(&mut self, key: EpKey, e: UcxError) {
+        if self.attached.remove(&key) {
+            // A host's endpoint reported failed (a shared node's `peer_failed` queues it here):
+            // detached from now on, as a plain node's `peer_failed` does at once.
+            self.take_unattached(key);
+            if self.failed_eps.len() >= FAILED_EPS_KEPT {
+                self.failed_eps.pop_front();
+            }
+            self.failed_eps.push_back(key);
+        }
         if let Some(j) = self.closing.iter().position(|c| c.key == key) {
             // Failed while being closed in order: stop waiting for its requests.
             let c = self.closing.swap_remove(j);

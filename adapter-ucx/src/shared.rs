@@ -116,6 +116,33 @@ impl SharedNode {
         progress: HostProgress,
         registry: &'static Registry<CAP>,
     ) -> Result<SharedNode, NodeError> {
+        // SAFETY: the caller's promise; MULTI is required below, so the one-thread promise of
+        // `adopt_any_mode` is not needed.
+        let n = unsafe { SharedNode::adopt_any_mode(worker, cfg, progress, registry) }?;
+        if n.inner.host.thread_mode != ThreadMode::Multi {
+            // Dropping the node hands the worker back untouched.
+            return Err(NodeError::Usage(
+                "a shared node needs a UCS_THREAD_MODE_MULTI worker (UCX reports another mode; \
+                 a UCX built without thread support gives SINGLE): use Node on one thread",
+            ));
+        }
+        Ok(n)
+    }
+
+    /// [`adopt_with_registry`](Self::adopt_with_registry) on a worker in any thread mode: the
+    /// C ABI's node, which C hosts use from several threads on a MULTI worker and from one on
+    /// others. The system clock is still required.
+    ///
+    /// # Safety
+    /// As for [`Node::adopt`]; and unless UCX reports the worker `UCS_THREAD_MODE_MULTI`
+    /// ([`host`](Self::host)), the node — every clone and every [`Library`] of it — is used by
+    /// one thread at a time, never while another thread calls UCX on the worker.
+    pub unsafe fn adopt_any_mode(
+        worker: sys::ucp_worker_h,
+        cfg: NodeConfig,
+        progress: HostProgress,
+        registry: &'static Registry<CAP>,
+    ) -> Result<SharedNode, NodeError> {
         if matches!(cfg.clock, Clock::Manual(_)) {
             return Err(NodeError::Usage(
                 "a shared node needs the system clock (a manual clock cannot cross threads)",
@@ -124,13 +151,6 @@ impl SharedNode {
         // SAFETY: the caller's promise.
         let node = unsafe { Node::adopt_with_registry(worker, cfg, progress, registry) }?;
         let host = node.host().ok_or(NodeError::Usage("not a host's worker"))?;
-        if host.thread_mode != ThreadMode::Multi {
-            // Dropping the node hands the worker back untouched.
-            return Err(NodeError::Usage(
-                "a shared node needs a UCS_THREAD_MODE_MULTI worker (UCX reports another mode; \
-                 a UCX built without thread support gives SINGLE): use Node on one thread",
-            ));
-        }
         Ok(SharedNode {
             inner: Arc::new(Inner {
                 errors: node.error_sink(),
@@ -148,8 +168,10 @@ impl SharedNode {
     fn write(&self) -> RwLockWriteGuard<'_, State> {
         // Poisoned: a panic in a call on another thread; the node's state is still consistent
         // at the granularity of its calls (they do not unwind half-way through UCX calls).
-        let g = self.inner.state.write().unwrap_or_else(|p| p.into_inner());
+        let mut g = self.inner.state.write().unwrap_or_else(|p| p.into_inner());
         self.inner.epoch.store(next_epoch(), Ordering::Release);
+        // Failures reported before this call (`peer_failed`) take effect before it does.
+        g.node.absorb_ep_errors();
         g
     }
 
@@ -169,11 +191,145 @@ impl SharedNode {
 
     /// Registers library `name`: the handle is the library's, for any of its threads.
     pub fn register(&self, name: &str) -> Result<Library, NodeError> {
-        let lib = self.write().node.register(name)?;
         Ok(Library {
             node: self.clone(),
-            lib,
+            lib: self.register_id(name)?,
         })
+    }
+
+    /// Registers library `name` without a [`Library`] handle (the C ABI's way: released with
+    /// [`release`](Self::release)).
+    pub fn register_id(&self, name: &str) -> Result<LibId, NodeError> {
+        self.write().node.register(name)
+    }
+
+    /// Releases library `lib` ([`Node::release`]) and forgets its operations.
+    pub fn release(&self, lib: LibId) {
+        let mut st = self.write();
+        let State { node, owners } = &mut *st;
+        owners.retain(|op, l| {
+            if *l == lib {
+                node.forget(*op);
+            }
+            *l != lib
+        });
+        node.release(lib);
+    }
+
+    /// Whether `lib` is registered here (not released).
+    pub fn has_library(&self, lib: LibId) -> bool {
+        self.read().node.namespace(lib).is_some()
+    }
+
+    /// [`Library::route`] for library `lib`.
+    pub fn route(
+        &self,
+        lib: LibId,
+        peer: u64,
+        payload: u64,
+    ) -> Result<Option<(sys::ucp_ep_h, u64)>, NodeError> {
+        if let Some(hit) = self.route_cached(lib, peer, payload) {
+            return Ok(Some(hit));
+        }
+        let st = self.read();
+        // Stable while the lock is held shared: writers change it only holding it exclusively.
+        let epoch = self.inner.epoch.load(Ordering::Acquire);
+        // Audited for the shared lock: reads the connection table, its route cache and the
+        // namespace only (no Cell, RefCell or reference count).
+        let Some((ep, tag)) = st.node.route_tag(lib, peer, payload)? else {
+            return Ok(None);
+        };
+        let ep = ep.as_raw();
+        // SAFETY: `Inner` owns the node, and so the worker the sink points into.
+        if unsafe { self.inner.errors.queued(EpKey::of(ep)) } {
+            // The host reported it failed; the next `progress` takes the connection down.
+            return Err(NodeError::NoConnection { peer });
+        }
+        let key = lib.0 as u64;
+        let hit = RouteHit::new(epoch, key, peer, ep as usize, tag, st.node.layout());
+        ROUTES.with(|c| c[RouteHit::slot(key, peer, ROUTE_CACHE)].set(hit));
+        Ok(Some((ep, tag)))
+    }
+
+    /// The route from this thread's cache, if it holds one valid now: no lock, one atomic
+    /// load. `None` sends the caller to [`route`](Self::route), which names what is wrong.
+    #[inline]
+    pub fn route_cached(
+        &self,
+        lib: LibId,
+        peer: u64,
+        payload: u64,
+    ) -> Option<(sys::ucp_ep_h, u64)> {
+        let key = lib.0 as u64;
+        let epoch = self.inner.epoch.load(Ordering::Acquire);
+        let slot = RouteHit::slot(key, peer, ROUTE_CACHE);
+        ROUTES
+            .with(|c| c[slot].get().get(epoch, key, peer, payload))
+            .map(|(ep, tag)| (ep as sys::ucp_ep_h, tag))
+    }
+
+    /// [`Library::route_inbox`] for library `lib`.
+    pub fn route_inbox(
+        &self,
+        lib: LibId,
+        peer: u64,
+    ) -> Result<Option<(sys::ucp_ep_h, u64)>, NodeError> {
+        let st = self.read();
+        // Audited for the shared lock: as `route`.
+        Ok(st
+            .node
+            .route_inbox(lib, peer)?
+            .map(|(ep, tag)| (ep.as_raw(), tag)))
+    }
+
+    /// [`Library::matcher`] for library `lib`.
+    pub fn matcher(&self, lib: LibId, payload: u64) -> Result<(u64, u64), NodeError> {
+        let st = self.read();
+        // Audited for the shared lock: the namespace is plain data over the atomic registry.
+        let m = st
+            .node
+            .namespace(lib)
+            .ok_or(NodeError::NoSuchLibrary)?
+            .matcher_exact(payload)?;
+        Ok((m.tag(), m.mask()))
+    }
+
+    /// [`Library::inbox_matcher`] for library `lib`.
+    pub fn inbox_matcher(&self, lib: LibId) -> Result<(u64, u64), NodeError> {
+        let st = self.read();
+        let m = st
+            .node
+            .namespace(lib)
+            .ok_or(NodeError::NoSuchLibrary)?
+            .inbox_matcher();
+        Ok((m.tag(), m.mask()))
+    }
+
+    /// The name and id of library `lib`'s namespace.
+    pub fn namespace(&self, lib: LibId) -> Result<(String, u16), NodeError> {
+        let st = self.read();
+        let ns = st.node.namespace(lib).ok_or(NodeError::NoSuchLibrary)?;
+        Ok((ns.name().to_string(), ns.id()))
+    }
+
+    /// [`Node::listen`] for library `lib`.
+    pub fn listen(&self, lib: LibId) -> Result<(), NodeError> {
+        self.write().node.listen(lib)
+    }
+
+    /// [`Node::peer_event`] for library `lib`.
+    pub fn peer_event(&self, lib: LibId) -> Option<PeerEvent> {
+        self.write().node.peer_event(lib)
+    }
+
+    /// Library `lib`'s counters.
+    pub fn counters(&self, lib: LibId) -> Counters {
+        self.read().node.counters(lib)
+    }
+
+    /// Connections the node knows, in any state ([`Node::connection_count`]).
+    pub fn connection_count(&self) -> usize {
+        self.read().node.connection_count()
     }
 
     /// [`Node::attach`].
@@ -207,6 +363,8 @@ impl SharedNode {
                 .errors
                 .report(EpKey::of(ep), failure_status(status))
         }
+        // Cached routes over `ep` are stale from now on: a lookup sees the queued failure.
+        self.inner.epoch.store(next_epoch(), Ordering::Release);
     }
 
     /// [`Node::progress`]: handles what arrived (and progresses the worker with
@@ -267,10 +425,10 @@ thread_local! {
 /// epoch. Routes depend only on the node's state, and the epoch changes before any change to
 /// it, so a hit returns exactly what the lookup would. It makes routing a compare, two checks
 /// on the payload and an or (the lookup through the peer index and the directory costs about
-/// 14 ns: at 8 B over shared memory a sixth of a message). Used by the shared node's
-/// per-thread cache and by the C ABI's per-node cache.
+/// 14 ns: at 8 B over shared memory a sixth of a message). The entries of each thread's route
+/// cache (the C ABI's `tagspace_node_route` included).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RouteHit {
+pub(crate) struct RouteHit {
     epoch: u64,
     lib: u64,
     peer: u64,
@@ -358,12 +516,7 @@ impl Library {
 
     /// The namespace's name and id on this node.
     pub fn namespace(&self) -> Result<(String, u16), NodeError> {
-        let st = self.node.read();
-        let ns = st
-            .node
-            .namespace(self.lib)
-            .ok_or(NodeError::NoSuchLibrary)?;
-        Ok((ns.name().to_string(), ns.id()))
+        self.node.namespace(self.lib)
     }
 
     /// The data path for a host that sends with its own `ucp_tag_send_nbx`: the host's
@@ -371,70 +524,37 @@ impl Library {
     /// ([`Node::route_tag`]). `Ok(None)` while the peer has not announced the name.
     ///
     /// Library threads route concurrently without waiting on each other: each thread keeps
-    /// the routes it looked up (see [`RouteHit`]) for as long as the node has not been changed
-    /// since, which it checks with one atomic load; a miss takes the node's lock shared. The
-    /// endpoint is the host's own: a send the host makes with it is the host's, and the host
-    /// must not close the endpoint while its own threads may still send on it.
+    /// the routes it looked up (each with the node's epoch) for as long as the node has not
+    /// been changed since, which it checks with one atomic load; a miss takes the node's lock
+    /// shared. An endpoint the host reported failed ([`SharedNode::peer_failed`]) is not
+    /// routed to from then on. The endpoint is the host's own: a send the host makes with it
+    /// is the host's, and the host must not close the endpoint while its own threads may still
+    /// send on it.
     pub fn route(
         &self,
         peer: u64,
         payload: u64,
     ) -> Result<Option<(sys::ucp_ep_h, u64)>, NodeError> {
-        let lib = self.lib.0 as u64;
-        let epoch = self.node.inner.epoch.load(Ordering::Acquire);
-        let slot = RouteHit::slot(lib, peer, ROUTE_CACHE);
-        if let Some((ep, tag)) = ROUTES.with(|c| c[slot].get().get(epoch, lib, peer, payload)) {
-            return Ok(Some((ep as sys::ucp_ep_h, tag)));
-        }
-        let st = self.node.read();
-        // Stable while the lock is held shared: writers change it only holding it exclusively.
-        let epoch = self.node.inner.epoch.load(Ordering::Acquire);
-        // Audited for the shared lock: reads the connection table, its route cache and the
-        // namespace only (no Cell, RefCell or reference count).
-        let Some((ep, tag)) = st.node.route_tag(self.lib, peer, payload)? else {
-            return Ok(None);
-        };
-        let ep = ep.as_raw();
-        let hit = RouteHit::new(epoch, lib, peer, ep as usize, tag, st.node.layout());
-        ROUTES.with(|c| c[slot].set(hit));
-        Ok(Some((ep, tag)))
+        self.node.route(self.lib, peer, payload)
     }
 
     /// The host's endpoint to `peer` and the peer's inbox tag for this library
     /// ([`Node::route_inbox`]); `Ok(None)` while the peer has not announced the name. Takes the
     /// node's lock shared (not cached: an inbox message starts a transmission, it is not one).
     pub fn route_inbox(&self, peer: u64) -> Result<Option<(sys::ucp_ep_h, u64)>, NodeError> {
-        let st = self.node.read();
-        // Audited for the shared lock: as `route`.
-        Ok(st
-            .node
-            .route_inbox(self.lib, peer)?
-            .map(|(ep, tag)| (ep.as_raw(), tag)))
+        self.node.route_inbox(self.lib, peer)
     }
 
     /// The exact matcher (tag, full mask) of this library's inbox here, for the host's own
     /// receive or probe. Takes the node's lock shared.
     pub fn inbox_matcher(&self) -> Result<(u64, u64), NodeError> {
-        let st = self.node.read();
-        let m = st
-            .node
-            .namespace(self.lib)
-            .ok_or(NodeError::NoSuchLibrary)?
-            .inbox_matcher();
-        Ok((m.tag(), m.mask()))
+        self.node.inbox_matcher(self.lib)
     }
 
     /// The tag and mask (full, D1) that receive `payload` sent to this library here, for the
     /// host's own `ucp_tag_recv_nbx`. Takes the node's lock shared.
     pub fn matcher(&self, payload: u64) -> Result<(u64, u64), NodeError> {
-        let st = self.node.read();
-        // Audited for the shared lock: the namespace is plain data over the atomic registry.
-        let m = st
-            .node
-            .namespace(self.lib)
-            .ok_or(NodeError::NoSuchLibrary)?
-            .matcher_exact(payload)?;
-        Ok((m.tag(), m.mask()))
+        self.node.matcher(self.lib, payload)
     }
 
     fn start(&self, f: impl FnOnce(&mut Node) -> OpId) -> OpId {
@@ -528,12 +648,12 @@ impl Library {
 
     /// [`Node::listen`]: this library starts hearing of peers coming and going.
     pub fn listen(&self) -> Result<(), NodeError> {
-        self.node.write().node.listen(self.lib)
+        self.node.listen(self.lib)
     }
 
     /// [`Node::peer_event`].
     pub fn peer_event(&self) -> Option<PeerEvent> {
-        self.node.write().node.peer_event(self.lib)
+        self.node.peer_event(self.lib)
     }
 
     /// [`Node::am_listen`].
@@ -553,21 +673,13 @@ impl Library {
 
     /// This library's counters.
     pub fn counters(&self) -> Counters {
-        self.node.read().node.counters(self.lib)
+        self.node.counters(self.lib)
     }
 }
 
 impl Drop for Library {
     fn drop(&mut self) {
-        let mut st = self.node.write();
-        let State { node, owners } = &mut *st;
-        owners.retain(|op, lib| {
-            if *lib == self.lib {
-                node.forget(*op);
-            }
-            *lib != self.lib
-        });
-        node.release(self.lib);
+        self.node.release(self.lib);
     }
 }
 

@@ -133,8 +133,9 @@ static inline void wait_all(ucp_worker_h w, pending_t *p, size_t n, const char *
     }
 }
 
-/* The host's own UCX: a context with `features` and a single-threaded worker. */
-static inline void ucx_open(uint64_t features, ucp_context_h *ctx, ucp_worker_h *w)
+/* The host's own UCX: a context with `features` and a worker in thread mode `mode`. */
+static inline void ucx_open_mode(uint64_t features, ucs_thread_mode_t mode, ucp_context_h *ctx,
+                                 ucp_worker_h *w)
 {
     ucp_config_t *cfg;
     ucs_check(ucp_config_read(NULL, NULL, &cfg), "ucp_config_read");
@@ -147,8 +148,14 @@ static inline void ucx_open(uint64_t features, ucp_context_h *ctx, ucp_worker_h 
     ucp_worker_params_t wp;
     memset(&wp, 0, sizeof wp);
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    wp.thread_mode = mode;
     ucs_check(ucp_worker_create(*ctx, &wp, w), "ucp_worker_create");
+}
+
+/* The host's own UCX: a context with `features` and a single-threaded worker. */
+static inline void ucx_open(uint64_t features, ucp_context_h *ctx, ucp_worker_h *w)
+{
+    ucx_open_mode(features, UCS_THREAD_MODE_SINGLE, ctx, w);
 }
 
 static inline void publish_address(const char *dir, ucp_worker_h w)

@@ -550,7 +550,7 @@ void tagspace_node_free(struct tagspace_node_t *node);
 // the peers stay up. On a SINGLE-thread worker call it from the thread that progresses it.
 //
 // # Safety
-// `node` is a live handle not in use by another thread.
+// `node` is a live handle.
 tagspace_status_t tagspace_node_shutdown(struct tagspace_node_t *node, uint32_t timeout_ms);
 
 // What the node found on the worker. Set `info->struct_size` first.
@@ -573,15 +573,23 @@ tagspace_status_t tagspace_node_attach(struct tagspace_node_t *node, void *ucp_e
 
 // Stops using the host's endpoint `ucp_ep`: the peer is sent an orderly CLOSE (close the
 // endpoint in order, not forced, for it to arrive), libraries hear `TAGSPACE_EVENT_DOWN` if it
-// was the peer's last connection. tagspace makes no UCX call on the endpoint after this.
+// was the peer's last connection. When it returns, no thread is in a UCX call on the endpoint
+// for tagspace and none will start one. After `tagspace_node_peer_failed` it only does that
+// (no CLOSE). Not from inside a UCX callback.
 //
 // # Safety
 // `node` is a live handle.
 tagspace_status_t tagspace_node_detach(struct tagspace_node_t *node, void *ucp_ep);
 
 // The host's endpoint `ucp_ep` failed with UCX status `ucs_status` (call it from the
-// endpoint's error handler, or when the host learns the peer failed). tagspace stops using the
-// endpoint; the host closes it. An endpoint that is not attached is ignored.
+// endpoint's error handler — it takes no lock but an event queue's, so it is safe inside UCX —
+// or when the host learns the peer failed). Every later call on the node sees the failure: the
+// endpoint is no longer routed to, operations on it fail, the peer goes down if this was its
+// last connection, and tagspace makes no UCX call on it. The host closes it: a host that uses
+// the node from one thread may do so at once; one whose other threads may be inside tagspace
+// calls first calls `tagspace_node_detach` (from outside the callback; harmless after a
+// failure), which returns once none is using the endpoint. An endpoint that is not attached is
+// ignored.
 //
 // # Safety
 // `node` is a live handle.
@@ -594,7 +602,7 @@ tagspace_status_t tagspace_node_peer_failed(struct tagspace_node_t *node,
 // anything happened. Call it often: at least once per heartbeat timeout.
 //
 // # Safety
-// `node` is a live handle not in use by another thread.
+// `node` is a live handle.
 tagspace_status_t tagspace_node_progress(struct tagspace_node_t *node, int32_t *busy);
 
 // Registers library `name` on the node (its well-known id, or a free dynamic id; peers learn

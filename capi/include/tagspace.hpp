@@ -190,7 +190,8 @@ class Registry {
 
 // tagspace on a host's own worker and endpoints (host mode). The host keeps its worker and
 // endpoints (tagspace never destroys or closes them); destroy the Node before the worker, and
-// detach each endpoint before closing it. One thread at a time per Node.
+// detach each endpoint before closing it. On a UCS_THREAD_MODE_MULTI worker any thread may use
+// the Node at once (from inside a UCX callback only peer_failed); otherwise one at a time.
 //
 //   auto node = tagspace::Node::adopt(worker);                   // the host keeps progressing
 //   uint32_t lib = node.register_name("shuffle");

@@ -5,21 +5,25 @@
 //! tag to pass to `ucp_tag_send_nbx`; `tagspace_node_matcher` for the receive), the event poll
 //! and counters.
 //!
-//! A node is used by one thread at a time (serialise calls on one node with your own lock if
-//! several threads use it); the host may progress a `UCS_THREAD_MODE_MULTI` worker from any
-//! thread meanwhile (`TAGSPACE_PROGRESS_HOST`).
+//! Threads: on a `UCS_THREAD_MODE_MULTI` worker every call may be made from any thread, at
+//! once (the node is the Rust `SharedNode`: a reader-writer lock, UCX's callbacks never take
+//! it; `tagspace_node_route` and `tagspace_node_matcher` read, and a route a thread looked up
+//! before is answered from that thread's cache with one atomic load). From inside a UCX
+//! callback (an endpoint error handler) call only `tagspace_node_peer_failed`, which takes no
+//! lock but an event queue's: any other call may wait for a thread that waits for UCX's worker
+//! lock. On a SINGLE or SERIALIZED worker the node is used by one thread at a time, never while
+//! another thread calls UCX on the worker.
 
 use crate::{
     arg, c_name, guard, put, tagspace_matcher_t, tagspace_registry_t, tagspace_status_t, Fail, Reg,
     TAGSPACE_ERR_NULL_ARGUMENT,
 };
-use std::cell::Cell;
 use std::ffi::{c_char, c_void};
 use std::sync::Arc;
 use tagspace_core::engine::Liveness;
 use tagspace_core::Registry;
-use tagspace_ucx::node::{HostProgress, LibId, Node, NodeConfig, NodeError, PeerEvent, Side};
-use tagspace_ucx::shared::RouteHit;
+use tagspace_ucx::node::{HostProgress, LibId, NodeConfig, NodeError, PeerEvent, Side};
+use tagspace_ucx::shared::SharedNode;
 use tagspace_ucx::ucp::ThreadMode;
 
 /// A UCX call failed; the UCX status is in the call's `ucs_status` out-parameter (and in the
@@ -57,24 +61,8 @@ pub const TAGSPACE_EVENT_DOWN: u32 = 2;
 /// A node on a host's worker. Opaque; `tagspace_node_free` ends it.
 pub struct tagspace_node_t {
     // Field order matters: the node borrows the registry that `_keep` keeps alive.
-    node: Node,
-    /// Routes looked up since the node last changed (see [`RouteHit`]): routes depend only on
-    /// the node's state, which changes only through `&mut Node`, which C code reaches only
-    /// through `node_mut`, which bumps the epoch.
-    routes: [Cell<RouteHit>; ROUTE_CACHE],
-    /// Bumped by every call that can change the node (every one that takes it `*mut`, through
-    /// `node_mut`): a cached route is used only while its epoch is the current one.
-    epoch: Cell<u64>,
+    node: SharedNode,
     _keep: Option<Arc<Registry<256>>>,
-}
-
-/// Entries of the per-node route cache (direct-mapped by library and peer).
-const ROUTE_CACHE: usize = 64;
-
-impl tagspace_node_t {
-    fn slot(&self, lib: u32, peer: u64) -> &Cell<RouteHit> {
-        &self.routes[RouteHit::slot(u64::from(lib), peer, ROUTE_CACHE)]
-    }
 }
 
 /// How `tagspace_node_adopt` sets up a node. Initialise with `tagspace_node_options_init`.
@@ -173,14 +161,13 @@ fn lib_id(lib: u32) -> LibId {
     LibId(lib as usize)
 }
 
-/// The namespace of library `lib`, or the error naming it.
-fn known_lib(n: &Node, lib: u32) -> Result<&tagspace_core::Namespace<'static, 256>, Fail> {
-    n.namespace(lib_id(lib)).ok_or_else(|| {
-        Fail::new(
-            TAGSPACE_ERR_NO_SUCH_LIBRARY,
-            format!("no library {lib} on this node"),
-        )
-    })
+/// Fails naming `lib` unless the node has it.
+fn known_lib(n: &SharedNode, lib: u32) -> Result<(), Fail> {
+    if n.has_library(lib_id(lib)) {
+        Ok(())
+    } else {
+        Err(no_lib(lib))
+    }
 }
 
 /// Fills `opts` with the defaults (host progress, heartbeat 1 s / 30 s) and its `struct_size`.
@@ -301,23 +288,20 @@ pub unsafe extern "C" fn tagspace_node_adopt(
         } else {
             HostProgress::Host
         };
-        // SAFETY: the caller's contract (a live worker that outlives the node).
-        let node = unsafe { Node::adopt_with_registry(ucp_worker.cast(), cfg, progress, registry) }
-            .map_err(|e| {
-                if let NodeError::Transport(u) = &e {
-                    if !ucs_status.is_null() {
-                        // SAFETY: the caller's contract.
-                        unsafe { ucs_status.write(u.status.code() as i32) };
+        // SAFETY: the caller's contract (a live worker that outlives the node; on a worker
+        // that is not MULTI, one thread at a time, as documented).
+        let node =
+            unsafe { SharedNode::adopt_any_mode(ucp_worker.cast(), cfg, progress, registry) }
+                .map_err(|e| {
+                    if let NodeError::Transport(u) = &e {
+                        if !ucs_status.is_null() {
+                            // SAFETY: the caller's contract.
+                            unsafe { ucs_status.write(u.status.code() as i32) };
+                        }
                     }
-                }
-                Fail::from(e)
-            })?;
-        let h = Box::into_raw(Box::new(tagspace_node_t {
-            node,
-            routes: std::array::from_fn(|_| Cell::new(RouteHit::EMPTY)),
-            epoch: Cell::new(1), // entries start at epoch 0: never a hit
-            _keep: keep,
-        }));
+                    Fail::from(e)
+                })?;
+        let h = Box::into_raw(Box::new(tagspace_node_t { node, _keep: keep }));
         // SAFETY: the caller's contract.
         unsafe { put(out, "out", h) }.inspect_err(|_| {
             // SAFETY: just made, never handed out.
@@ -326,15 +310,29 @@ pub unsafe extern "C" fn tagspace_node_adopt(
     })
 }
 
+/// The node behind a handle, or the error naming a NULL one.
+///
 /// # Safety
-/// `p` is `NULL` or a live node handle not used by another thread.
-unsafe fn node_mut<'a>(p: *mut tagspace_node_t) -> Result<&'a mut tagspace_node_t, Fail> {
+/// `p` is `NULL` or a live node handle.
+unsafe fn node_ref<'a>(p: *const tagspace_node_t) -> Result<&'a SharedNode, Fail> {
     // SAFETY: the caller's contract.
-    let h = unsafe { p.as_mut() }
-        .ok_or_else(|| Fail::new(TAGSPACE_ERR_NULL_ARGUMENT, "`node` is NULL"))?;
-    // Whatever this call does may change a route: cached ones are stale from now on.
-    h.epoch.set(h.epoch.get().wrapping_add(1));
-    Ok(h)
+    Ok(&unsafe { arg(p, "node") }?.node)
+}
+
+/// The error for a library this node does not have, naming it.
+fn no_lib(lib: u32) -> Fail {
+    Fail::new(
+        TAGSPACE_ERR_NO_SUCH_LIBRARY,
+        format!("no library {lib} on this node"),
+    )
+}
+
+/// `NodeError::NoSuchLibrary` named with the library's handle; other errors as they are.
+fn lib_err(lib: u32) -> impl Fn(NodeError) -> Fail {
+    move |e| match e {
+        NodeError::NoSuchLibrary => no_lib(lib),
+        e => Fail::from(e),
+    }
 }
 
 /// Frees the node: its connections end (peers see the endpoints' errors or a CLOSE sent by
@@ -355,7 +353,7 @@ pub unsafe extern "C" fn tagspace_node_free(node: *mut tagspace_node_t) {
 /// the peers stay up. On a SINGLE-thread worker call it from the thread that progresses it.
 ///
 /// # Safety
-/// `node` is a live handle not in use by another thread.
+/// `node` is a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn tagspace_node_shutdown(
     node: *mut tagspace_node_t,
@@ -363,7 +361,7 @@ pub unsafe extern "C" fn tagspace_node_shutdown(
 ) -> tagspace_status_t {
     guard(|| {
         // SAFETY: the caller's contract.
-        unsafe { node_mut(node) }?.node.shutdown(timeout_ms as u64);
+        unsafe { node_ref(node) }?.shutdown(timeout_ms as u64);
         Ok(())
     })
 }
@@ -379,10 +377,8 @@ pub unsafe extern "C" fn tagspace_node_info(
 ) -> tagspace_status_t {
     guard(|| {
         // SAFETY: the caller's contract.
-        let n = &unsafe { arg(node, "node") }?.node;
-        let h = n
-            .host()
-            .ok_or_else(|| Fail::new(TAGSPACE_ERR_MISUSE, "not a node on a host's worker"))?;
+        let n = unsafe { node_ref(node) }?;
+        let h = n.host();
         let v = tagspace_node_info_t {
             struct_size: 0,
             token: n.token(),
@@ -432,15 +428,17 @@ pub unsafe extern "C" fn tagspace_node_attach(
             }
         };
         // SAFETY: the caller's contract.
-        let n = unsafe { node_mut(node) }?;
+        let n = unsafe { node_ref(node) }?;
         // SAFETY: the caller's contract.
-        Ok(unsafe { n.node.attach(ucp_ep.cast(), side) }?)
+        Ok(unsafe { n.attach(ucp_ep.cast(), side) }?)
     })
 }
 
 /// Stops using the host's endpoint `ucp_ep`: the peer is sent an orderly CLOSE (close the
 /// endpoint in order, not forced, for it to arrive), libraries hear `TAGSPACE_EVENT_DOWN` if it
-/// was the peer's last connection. tagspace makes no UCX call on the endpoint after this.
+/// was the peer's last connection. When it returns, no thread is in a UCX call on the endpoint
+/// for tagspace and none will start one. After `tagspace_node_peer_failed` it only does that
+/// (no CLOSE). Not from inside a UCX callback.
 ///
 /// # Safety
 /// `node` is a live handle.
@@ -451,13 +449,19 @@ pub unsafe extern "C" fn tagspace_node_detach(
 ) -> tagspace_status_t {
     guard(|| {
         // SAFETY: the caller's contract.
-        Ok(unsafe { node_mut(node) }?.node.detach(ucp_ep.cast())?)
+        Ok(unsafe { node_ref(node) }?.detach(ucp_ep.cast())?)
     })
 }
 
 /// The host's endpoint `ucp_ep` failed with UCX status `ucs_status` (call it from the
-/// endpoint's error handler, or when the host learns the peer failed). tagspace stops using the
-/// endpoint; the host closes it. An endpoint that is not attached is ignored.
+/// endpoint's error handler — it takes no lock but an event queue's, so it is safe inside UCX —
+/// or when the host learns the peer failed). Every later call on the node sees the failure: the
+/// endpoint is no longer routed to, operations on it fail, the peer goes down if this was its
+/// last connection, and tagspace makes no UCX call on it. The host closes it: a host that uses
+/// the node from one thread may do so at once; one whose other threads may be inside tagspace
+/// calls first calls `tagspace_node_detach` (from outside the callback; harmless after a
+/// failure), which returns once none is using the endpoint. An endpoint that is not attached is
+/// ignored.
 ///
 /// # Safety
 /// `node` is a live handle.
@@ -470,9 +474,7 @@ pub unsafe extern "C" fn tagspace_node_peer_failed(
     guard(|| {
         let status = ucs_status.clamp(i8::MIN as i32, 0) as i8;
         // SAFETY: the caller's contract.
-        unsafe { node_mut(node) }?
-            .node
-            .peer_failed(ucp_ep.cast(), status);
+        unsafe { node_ref(node) }?.peer_failed(ucp_ep.cast(), status);
         Ok(())
     })
 }
@@ -482,7 +484,7 @@ pub unsafe extern "C" fn tagspace_node_peer_failed(
 /// anything happened. Call it often: at least once per heartbeat timeout.
 ///
 /// # Safety
-/// `node` is a live handle not in use by another thread.
+/// `node` is a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn tagspace_node_progress(
     node: *mut tagspace_node_t,
@@ -490,7 +492,7 @@ pub unsafe extern "C" fn tagspace_node_progress(
 ) -> tagspace_status_t {
     guard(|| {
         // SAFETY: the caller's contract.
-        let b = unsafe { node_mut(node) }?.node.progress();
+        let b = unsafe { node_ref(node) }?.progress();
         if !busy.is_null() {
             // SAFETY: the caller's contract.
             unsafe { busy.write(b as i32) };
@@ -512,8 +514,8 @@ pub unsafe extern "C" fn tagspace_node_register(
 ) -> tagspace_status_t {
     guard(|| {
         // SAFETY: the caller's contract.
-        let (n, name) = unsafe { (node_mut(node)?, c_name(name, "name")?) };
-        let id = n.node.register(name)?;
+        let (n, name) = unsafe { (node_ref(node)?, c_name(name, "name")?) };
+        let id = n.register_id(name)?;
         let h = u32::try_from(id.0)
             .map_err(|_| Fail::new(crate::TAGSPACE_ERR_EXHAUSTED, "too many libraries"))?;
         // SAFETY: the caller's contract.
@@ -532,9 +534,9 @@ pub unsafe extern "C" fn tagspace_node_release(
 ) -> tagspace_status_t {
     guard(|| {
         // SAFETY: the caller's contract.
-        let n = unsafe { node_mut(node) }?;
-        known_lib(&n.node, lib)?;
-        n.node.release(lib_id(lib));
+        let n = unsafe { node_ref(node) }?;
+        known_lib(n, lib)?;
+        n.release(lib_id(lib));
         Ok(())
     })
 }
@@ -550,7 +552,9 @@ pub unsafe extern "C" fn tagspace_node_listen(
 ) -> tagspace_status_t {
     guard(|| {
         // SAFETY: the caller's contract.
-        Ok(unsafe { node_mut(node) }?.node.listen(lib_id(lib))?)
+        unsafe { node_ref(node) }?
+            .listen(lib_id(lib))
+            .map_err(lib_err(lib))
     })
 }
 
@@ -566,9 +570,9 @@ pub unsafe extern "C" fn tagspace_node_poll_event(
 ) -> tagspace_status_t {
     guard(|| {
         // SAFETY: the caller's contract.
-        let n = unsafe { node_mut(node) }?;
-        known_lib(&n.node, lib)?;
-        let v = match n.node.peer_event(lib_id(lib)) {
+        let n = unsafe { node_ref(node) }?;
+        known_lib(n, lib)?;
+        let v = match n.peer_event(lib_id(lib)) {
             None => tagspace_peer_event_t {
                 close_reason: -1,
                 ..Default::default()
@@ -612,18 +616,14 @@ pub unsafe extern "C" fn tagspace_node_route(
     ucp_ep: *mut *mut c_void,
     tag: *mut u64,
 ) -> tagspace_status_t {
-    // The data path: a cached route (see `RouteHit`), with no unwinding frame; a miss or any
-    // failure goes through `guard` and the lookup.
+    // The data path: this thread's cached route (one atomic load, no lock), with no unwinding
+    // frame; a miss or any failure goes through `guard` and the lookup.
     // SAFETY: the caller's contract.
     if let (Some(h), false, false) = (unsafe { node.as_ref() }, ucp_ep.is_null(), tag.is_null()) {
-        let hit = h
-            .slot(lib, peer)
-            .get()
-            .get(h.epoch.get(), lib.into(), peer, payload);
-        if let Some((ep, t)) = hit {
+        if let Some((ep, t)) = h.node.route_cached(lib_id(lib), peer, payload) {
             // SAFETY: non-null and, by the caller's contract, valid for writes.
             unsafe {
-                ucp_ep.write(ep as *mut c_void);
+                ucp_ep.write(ep.cast());
                 tag.write(t);
             }
             return crate::TAGSPACE_OK;
@@ -631,29 +631,19 @@ pub unsafe extern "C" fn tagspace_node_route(
     }
     guard(|| {
         // SAFETY: the caller's contract.
-        let h = unsafe { arg(node, "node") }?;
-        let (ep, t) = h
-            .node
-            .route_tag(lib_id(lib), peer, payload)?
+        let n = unsafe { node_ref(node) }?;
+        let (ep, t) = n
+            .route(lib_id(lib), peer, payload)
+            .map_err(lib_err(lib))?
             .ok_or_else(|| {
                 Fail::new(
                     TAGSPACE_ERR_NOT_ANNOUNCED,
                     format!("peer {peer:#x} has not announced library {lib}'s name yet"),
                 )
             })?;
-        let raw = ep.as_raw().cast::<c_void>();
-        let hit = RouteHit::new(
-            h.epoch.get(),
-            lib.into(),
-            peer,
-            raw as usize,
-            t,
-            h.node.layout(),
-        );
-        h.slot(lib, peer).set(hit);
         // SAFETY: the caller's contract.
         unsafe {
-            put(ucp_ep, "ucp_ep", raw)?;
+            put(ucp_ep, "ucp_ep", ep.cast::<c_void>())?;
             put(tag, "tag", t)
         }
     })
@@ -674,11 +664,10 @@ pub unsafe extern "C" fn tagspace_node_matcher(
 ) -> tagspace_status_t {
     guard(|| {
         // SAFETY: the caller's contract.
-        let n = &unsafe { arg(node, "node") }?.node;
-        let ns = known_lib(n, lib)?;
-        let m = ns.matcher_exact(payload)?;
+        let n = unsafe { node_ref(node) }?;
+        let (t, mask) = n.matcher(lib_id(lib), payload).map_err(lib_err(lib))?;
         // SAFETY: the caller's contract.
-        unsafe { put(out, "out", crate::matcher_out(m.tag(), m.mask())) }
+        unsafe { put(out, "out", crate::matcher_out(t, mask)) }
     })
 }
 
@@ -697,7 +686,7 @@ pub unsafe extern "C" fn tagspace_node_peers(
 ) -> tagspace_status_t {
     guard(|| {
         // SAFETY: the caller's contract.
-        let n = &unsafe { arg(node, "node") }?.node;
+        let n = unsafe { node_ref(node) }?;
         let all = n.peers();
         if cap > 0 && peers.is_null() {
             return Err(Fail::new(TAGSPACE_ERR_NULL_ARGUMENT, "`peers` is NULL"));
@@ -722,7 +711,7 @@ pub unsafe extern "C" fn tagspace_node_stats(
 ) -> tagspace_status_t {
     guard(|| {
         // SAFETY: the caller's contract.
-        let n = &unsafe { arg(node, "node") }?.node;
+        let n = unsafe { node_ref(node) }?;
         let s = n.stats();
         let v = tagspace_node_stats_t {
             struct_size: 0,

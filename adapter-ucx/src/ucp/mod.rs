@@ -281,6 +281,18 @@ impl ErrorSink {
         // SAFETY: the caller's promise: the worker, and so its boxed queue, is alive.
         lock(unsafe { &*self.0 }).ep_errors.push_back((key, status));
     }
+
+    /// Whether a failure of `key` is queued and not yet taken.
+    ///
+    /// # Safety
+    /// The worker this came from is alive.
+    pub(crate) unsafe fn queued(&self, key: EpKey) -> bool {
+        // SAFETY: the caller's promise.
+        lock(unsafe { &*self.0 })
+            .ep_errors
+            .iter()
+            .any(|(k, _)| *k == key)
+    }
 }
 
 /// The argument of one AM id's handler: UCX does not pass the id to the callback.
