@@ -62,7 +62,18 @@ struct Inner {
     errors: ErrorSink,
     token: u64,
     host: HostInfo,
+    /// The receive side's data path without a lock: each library's namespace bits (the tag for
+    /// payload 0) by `LibId`, 0 when none (an id's bits are never 0: ids 0 and 1 are never a
+    /// library's). Written under the exclusive lock at register and release; libraries beyond
+    /// the table take the shared lock.
+    ns_bits: [AtomicU64; MATCHER_TABLE],
+    /// The layout's namespace field mask.
+    ns_mask: u64,
+    layout: &'static TagLayout,
 }
+
+/// Libraries whose matchers are answered without a lock (`LibId`s below this).
+const MATCHER_TABLE: usize = 64;
 
 // SAFETY: see the module documentation: everything that is not thread-safe is inside `state`
 // and reached only through its lock (exclusively, but for the audited read-only calls); the
@@ -157,6 +168,9 @@ impl SharedNode {
                 epoch: AtomicU64::new(next_epoch()),
                 token: node.token(),
                 host,
+                ns_bits: [const { AtomicU64::new(0) }; MATCHER_TABLE],
+                ns_mask: node.layout().namespace_mask(),
+                layout: node.layout(),
                 state: RwLock::new(State {
                     node,
                     owners: HashMap::new(),
@@ -200,12 +214,20 @@ impl SharedNode {
     /// Registers library `name` without a [`Library`] handle (the C ABI's way: released with
     /// [`release`](Self::release)).
     pub fn register_id(&self, name: &str) -> Result<LibId, NodeError> {
-        self.write().node.register(name)
+        let st = &mut *self.write();
+        let lib = st.node.register(name)?;
+        if let (Some(slot), Some(ns)) = (self.inner.ns_bits.get(lib.0), st.node.namespace(lib)) {
+            slot.store(ns.tag(0).map_or(0, |t| t.raw()), Ordering::Release);
+        }
+        Ok(lib)
     }
 
     /// Releases library `lib` ([`Node::release`]) and forgets its operations.
     pub fn release(&self, lib: LibId) {
         let mut st = self.write();
+        if let Some(slot) = self.inner.ns_bits.get(lib.0) {
+            slot.store(0, Ordering::Release);
+        }
         let State { node, owners } = &mut *st;
         owners.retain(|op, l| {
             if *l == lib {
@@ -251,6 +273,18 @@ impl SharedNode {
         Ok(Some((ep, tag)))
     }
 
+    /// The tag layout of the node's registry.
+    pub fn layout(&self) -> &'static TagLayout {
+        self.inner.layout
+    }
+
+    /// The node's epoch: it changes before anything that can change a route, and when the host
+    /// reports a failure. A route looked up while it was `e` is valid while it still is.
+    #[inline]
+    pub fn epoch(&self) -> u64 {
+        self.inner.epoch.load(Ordering::Acquire)
+    }
+
     /// The route from this thread's cache, if it holds one valid now: no lock, one atomic
     /// load. `None` sends the caller to [`route`](Self::route), which names what is wrong.
     #[inline]
@@ -284,6 +318,9 @@ impl SharedNode {
 
     /// [`Library::matcher`] for library `lib`.
     pub fn matcher(&self, lib: LibId, payload: u64) -> Result<(u64, u64), NodeError> {
+        if let Some(m) = self.matcher_fast(lib, payload) {
+            return Ok(m);
+        }
         let st = self.read();
         // Audited for the shared lock: the namespace is plain data over the atomic registry.
         let m = st
@@ -292,6 +329,16 @@ impl SharedNode {
             .ok_or(NodeError::NoSuchLibrary)?
             .matcher_exact(payload)?;
         Ok((m.tag(), m.mask()))
+    }
+
+    /// The matcher from the lock-free table, for a library in it and a payload the lookup
+    /// accepts; `None` sends the caller to [`matcher`](Self::matcher), which names what is
+    /// wrong.
+    #[inline]
+    pub fn matcher_fast(&self, lib: LibId, payload: u64) -> Option<(u64, u64)> {
+        let bits = self.inner.ns_bits.get(lib.0)?.load(Ordering::Acquire);
+        let mask = self.inner.ns_mask;
+        (bits != 0 && payload & mask == 0 && payload != !mask).then_some((bits | payload, u64::MAX))
     }
 
     /// [`Library::inbox_matcher`] for library `lib`.
@@ -426,9 +473,10 @@ thread_local! {
 /// it, so a hit returns exactly what the lookup would. It makes routing a compare, two checks
 /// on the payload and an or (the lookup through the peer index and the directory costs about
 /// 14 ns: at 8 B over shared memory a sixth of a message). The entries of each thread's route
-/// cache (the C ABI's `tagspace_node_route` included).
+/// cache, and of the C ABI's per-node cache on a worker used by one thread (no thread-local
+/// access: a shared library reaches those through `__tls_get_addr`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct RouteHit {
+pub struct RouteHit {
     epoch: u64,
     lib: u64,
     peer: u64,

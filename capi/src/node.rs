@@ -18,12 +18,13 @@ use crate::{
     arg, c_name, guard, put, tagspace_matcher_t, tagspace_registry_t, tagspace_status_t, Fail, Reg,
     TAGSPACE_ERR_NULL_ARGUMENT,
 };
+use std::cell::Cell;
 use std::ffi::{c_char, c_void};
 use std::sync::Arc;
 use tagspace_core::engine::Liveness;
 use tagspace_core::Registry;
 use tagspace_ucx::node::{HostProgress, LibId, NodeConfig, NodeError, PeerEvent, Side};
-use tagspace_ucx::shared::SharedNode;
+use tagspace_ucx::shared::{RouteHit, SharedNode};
 use tagspace_ucx::ucp::ThreadMode;
 
 /// A UCX call failed; the UCX status is in the call's `ucs_status` out-parameter (and in the
@@ -62,8 +63,16 @@ pub const TAGSPACE_EVENT_DOWN: u32 = 2;
 pub struct tagspace_node_t {
     // Field order matters: the node borrows the registry that `_keep` keeps alive.
     node: SharedNode,
+    /// On a worker that is not MULTI (used by one thread at a time, by the C contract): routes
+    /// cached in the node, validated by the node's epoch — no thread-local lookup, which a
+    /// shared library pays a `__tls_get_addr` call for. `None` on a MULTI worker, where each
+    /// thread's own cache (inside `SharedNode::route`) is used.
+    single: Option<[Cell<RouteHit>; ROUTE_CACHE]>,
     _keep: Option<Arc<Registry<256>>>,
 }
+
+/// Entries of the per-node route cache (direct-mapped by library and peer).
+const ROUTE_CACHE: usize = 64;
 
 /// How `tagspace_node_adopt` sets up a node. Initialise with `tagspace_node_options_init`.
 #[repr(C)]
@@ -301,7 +310,13 @@ pub unsafe extern "C" fn tagspace_node_adopt(
                     }
                     Fail::from(e)
                 })?;
-        let h = Box::into_raw(Box::new(tagspace_node_t { node, _keep: keep }));
+        let single = (node.host().thread_mode != ThreadMode::Multi)
+            .then(|| std::array::from_fn(|_| Cell::new(RouteHit::EMPTY)));
+        let h = Box::into_raw(Box::new(tagspace_node_t {
+            node,
+            single,
+            _keep: keep,
+        }));
         // SAFETY: the caller's contract.
         unsafe { put(out, "out", h) }.inspect_err(|_| {
             // SAFETY: just made, never handed out.
@@ -620,7 +635,18 @@ pub unsafe extern "C" fn tagspace_node_route(
     // frame; a miss or any failure goes through `guard` and the lookup.
     // SAFETY: the caller's contract.
     if let (Some(h), false, false) = (unsafe { node.as_ref() }, ucp_ep.is_null(), tag.is_null()) {
-        if let Some((ep, t)) = h.node.route_cached(lib_id(lib), peer, payload) {
+        let hit = match &h.single {
+            // One thread at a time on this worker (the C contract): the node's own cells.
+            Some(c) => c[RouteHit::slot(lib.into(), peer, ROUTE_CACHE)]
+                .get()
+                .get(h.node.epoch(), lib.into(), peer, payload)
+                .map(|(ep, t)| (ep as *mut c_void, t)),
+            None => h
+                .node
+                .route_cached(lib_id(lib), peer, payload)
+                .map(|(ep, t)| (ep.cast::<c_void>(), t)),
+        };
+        if let Some((ep, t)) = hit {
             // SAFETY: non-null and, by the caller's contract, valid for writes.
             unsafe {
                 ucp_ep.write(ep.cast());
@@ -631,7 +657,9 @@ pub unsafe extern "C" fn tagspace_node_route(
     }
     guard(|| {
         // SAFETY: the caller's contract.
-        let n = unsafe { node_ref(node) }?;
+        let h = unsafe { arg(node, "node") }?;
+        let n = &h.node;
+        let epoch = n.epoch(); // before the lookup: nothing changes the node meanwhile here
         let (ep, t) = n
             .route(lib_id(lib), peer, payload)
             .map_err(lib_err(lib))?
@@ -641,6 +669,10 @@ pub unsafe extern "C" fn tagspace_node_route(
                     format!("peer {peer:#x} has not announced library {lib}'s name yet"),
                 )
             })?;
+        if let Some(c) = &h.single {
+            let hit = RouteHit::new(epoch, lib.into(), peer, ep as usize, t, n.layout());
+            c[RouteHit::slot(lib.into(), peer, ROUTE_CACHE)].set(hit);
+        }
         // SAFETY: the caller's contract.
         unsafe {
             put(ucp_ep, "ucp_ep", ep.cast::<c_void>())?;
@@ -662,6 +694,15 @@ pub unsafe extern "C" fn tagspace_node_matcher(
     payload: u64,
     out: *mut tagspace_matcher_t,
 ) -> tagspace_status_t {
+    // The data path: the lock-free namespace table, with no unwinding frame.
+    // SAFETY: the caller's contract.
+    if let (Some(h), false) = (unsafe { node.as_ref() }, out.is_null()) {
+        if let Some((t, mask)) = h.node.matcher_fast(lib_id(lib), payload) {
+            // SAFETY: non-null and, by the caller's contract, valid for writes.
+            unsafe { out.write(crate::matcher_out(t, mask)) };
+            return crate::TAGSPACE_OK;
+        }
+    }
     guard(|| {
         // SAFETY: the caller's contract.
         let n = unsafe { node_ref(node) }?;
