@@ -87,12 +87,14 @@ async def worker():
     listener = None
     if args.rank == 0:
         listener = ucxx.create_listener(accepted)
-        open(os.path.join(args.dir, "port"), "w").write(str(listener.port))
+        with open(os.path.join(args.dir, "port.tmp"), "w") as f:
+            f.write(str(listener.port))
+        os.rename(os.path.join(args.dir, "port.tmp"), os.path.join(args.dir, "port"))
         await got.wait()
         ep = box["ep"]
     else:
         path = os.path.join(args.dir, "port")
-        while not os.path.exists(path) or not open(path).read():
+        while not os.path.exists(path):
             await asyncio.sleep(0.01)
         ep = await ucxx.create_endpoint("127.0.0.1", int(open(path).read()))
         node.attach(ep, "initiator")

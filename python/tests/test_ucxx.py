@@ -51,7 +51,9 @@ def run(tmp_path, nprocs, transport, mode, msgs=30, victim=-1):
                 time.sleep(0.05)
             procs[victim].send_signal(signal.SIGKILL)
             procs[victim].wait()
-            (tmp_path / "killed").write_text("1")
+            # Atomically (the survivors poll for it and read it).
+            (tmp_path / "killed.tmp").write_text("1")
+            (tmp_path / "killed.tmp").rename(tmp_path / "killed")
         for rank, p in enumerate(procs):
             if rank == victim:
                 continue
