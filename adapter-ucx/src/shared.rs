@@ -5,7 +5,8 @@
 //! worker, the demo). A shared node is that same node behind a reader-writer lock:
 //! * every call that changes the node (send, receive, progress, attach, register, ...) takes it
 //!   exclusively; [`Library::route`] and [`Library::matcher`] — the data path of a host that
-//!   sends with its own `ucp_tag_send_nbx` — take it shared, so library threads route
+//!   sends with its own `ucp_tag_send_nbx` — take no lock when they can (a per-thread route
+//!   cache, a table of namespace bits) and the shared lock otherwise, so library threads route
 //!   concurrently;
 //! * UCX's callbacks on the host's progress thread never take it: they only push into the
 //!   worker's event queues (a mutex held for one push, never across a UCX call);
@@ -67,8 +68,6 @@ struct Inner {
     /// library's). Written under the exclusive lock at register and release; libraries beyond
     /// the table take the shared lock.
     ns_bits: [AtomicU64; MATCHER_TABLE],
-    /// The layout's namespace field mask.
-    ns_mask: u64,
     layout: &'static TagLayout,
 }
 
@@ -169,7 +168,6 @@ impl SharedNode {
                 token: node.token(),
                 host,
                 ns_bits: [const { AtomicU64::new(0) }; MATCHER_TABLE],
-                ns_mask: node.layout().namespace_mask(),
                 layout: node.layout(),
                 state: RwLock::new(State {
                     node,
@@ -337,7 +335,7 @@ impl SharedNode {
     #[inline]
     pub fn matcher_fast(&self, lib: LibId, payload: u64) -> Option<(u64, u64)> {
         let bits = self.inner.ns_bits.get(lib.0)?.load(Ordering::Acquire);
-        let mask = self.inner.ns_mask;
+        let mask = self.inner.layout.namespace_mask();
         (bits != 0 && payload & mask == 0 && payload != !mask).then_some((bits | payload, u64::MAX))
     }
 
@@ -600,7 +598,8 @@ impl Library {
     }
 
     /// The tag and mask (full, D1) that receive `payload` sent to this library here, for the
-    /// host's own `ucp_tag_recv_nbx`. Takes the node's lock shared.
+    /// host's own `ucp_tag_recv_nbx`: from a lock-free table of namespace bits (the shared lock
+    /// only for a library beyond it, or to name what is wrong).
     pub fn matcher(&self, payload: u64) -> Result<(u64, u64), NodeError> {
         self.node.matcher(self.lib, payload)
     }

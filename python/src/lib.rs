@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tagspace_core::engine::Liveness;
 use tagspace_ucx::node::{HostProgress, NodeConfig, NodeError, OpId, PeerEvent, Side};
@@ -255,7 +255,7 @@ impl Node {
         let lib = Py::new(
             py,
             Library {
-                lib: Mutex::new(Some(lib)),
+                lib: Mutex::new(Some(Arc::new(lib))),
             },
         )?;
         let mut libs = self.libs.lock().unwrap_or_else(|p| p.into_inner());
@@ -342,7 +342,9 @@ impl Drop for Node {
 /// One library's namespace on a node. Operations it starts are its own.
 #[pyclass(module = "tagspace._tagspace", frozen)]
 struct Library {
-    lib: Mutex<Option<RsLibrary>>,
+    /// Shared with calls in progress (see `with`); `None` once closed. The namespace is
+    /// released when the last share goes.
+    lib: Mutex<Option<Arc<RsLibrary>>>,
 }
 
 /// An operation started by a library (send or receive): `take` its result when done.
@@ -358,12 +360,36 @@ fn op_id(op: &Op) -> OpId {
 }
 
 impl Library {
+    /// Runs `f` on the library, without holding this object's lock meanwhile: other threads'
+    /// calls (a tag lookup while one thread waits) do not wait for it.
     fn with<R>(&self, f: impl FnOnce(&RsLibrary) -> R) -> PyResult<R> {
-        let g = self.lib.lock().unwrap_or_else(|p| p.into_inner());
-        let l = g
-            .as_ref()
+        let l = self
+            .lib
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
             .ok_or_else(|| ClosedError::new_err("the library was released"))?;
-        Ok(f(l))
+        let r = f(&l);
+        if Arc::strong_count(&l) == 1 {
+            // Closed meanwhile and this was the last use: the release it owes takes the node's
+            // lock, so not with the GIL held.
+            Python::attach(|py| py.detach(move || drop(l)));
+        }
+        Ok(r)
+    }
+
+    /// Gives up this object's share of the library, not with the GIL held (see `with`).
+    fn give_up(py: Python<'_>, l: Option<Arc<RsLibrary>>) {
+        py.detach(move || drop(l));
+    }
+
+    /// The tag of a route, or the error saying the peer has not announced the name.
+    fn announced(peer: u64, route: Option<(sys::ucp_ep_h, u64)>) -> PyResult<u64> {
+        route.map(|(_, tag)| tag).ok_or_else(|| {
+            NotAnnouncedError::new_err(format!(
+                "peer {peer:#x} has not registered this library's name yet"
+            ))
+        })
     }
 
     fn started(id: OpId) -> Op {
@@ -399,12 +425,7 @@ impl Library {
     /// `ep.send(buf, tag=..., force_tag=True)`. Raises NotConnectedError before the peer's
     /// handshake finished and NotAnnouncedError while it has not registered the name.
     fn tag(&self, peer: u64, payload: u64) -> PyResult<u64> {
-        match self.with(|l| l.route(peer, payload))?.map_err(err)? {
-            Some((_, tag)) => Ok(tag),
-            None => Err(NotAnnouncedError::new_err(format!(
-                "peer {peer:#x} has not registered this library's name yet"
-            ))),
-        }
+        Library::announced(peer, self.with(|l| l.route(peer, payload))?.map_err(err)?)
     }
 
     /// The tag and mask (always full) that receive `payload` sent to this library here, for
@@ -416,12 +437,7 @@ impl Library {
     /// The peer's inbox tag for this library ("a new transmission has begun"), for ucxx's
     /// own send; raises as `tag` does.
     fn inbox_tag(&self, peer: u64) -> PyResult<u64> {
-        match self.with(|l| l.route_inbox(peer))?.map_err(err)? {
-            Some((_, tag)) => Ok(tag),
-            None => Err(NotAnnouncedError::new_err(format!(
-                "peer {peer:#x} has not registered this library's name yet"
-            ))),
-        }
+        Library::announced(peer, self.with(|l| l.route_inbox(peer))?.map_err(err)?)
     }
 
     /// The tag and mask (full) of this library's inbox here, for ucxx's own recv or probe.
@@ -614,7 +630,7 @@ impl Library {
     /// Releases the namespace: peers are told, its waiting operations are forgotten.
     fn close(&self, py: Python<'_>) {
         let l = self.lib.lock().unwrap_or_else(|p| p.into_inner()).take();
-        py.detach(|| drop(l));
+        Library::give_up(py, l);
     }
 
     /// Whether `close` was called.
@@ -627,8 +643,8 @@ impl Library {
 impl Drop for Library {
     fn drop(&mut self) {
         let l = self.lib.get_mut().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(l) = l {
-            Python::attach(|py| py.detach(|| drop(l)));
+        if l.is_some() {
+            Python::attach(|py| Library::give_up(py, l));
         }
     }
 }

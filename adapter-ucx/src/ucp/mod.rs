@@ -456,7 +456,8 @@ impl Worker {
     /// would have reported): the host calls it from its own error handler for endpoints it
     /// owns. Reported through [`take_ep_error`](Self::take_ep_error).
     pub fn report_ep_error(&self, key: EpKey, status: Status) {
-        lock(&self.inner.events).ep_errors.push_back((key, status));
+        // SAFETY: `self` keeps the worker alive.
+        unsafe { self.error_sink().report(key, status) }
     }
 
     /// A handle that reports endpoint failures into this worker's event queue from any thread
