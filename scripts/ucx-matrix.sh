@@ -20,6 +20,11 @@ host_bin=$(cargo test -p tagspace-ucx --test host_mode --no-run 2>&1 \
 shared_bin=$(cargo test -p tagspace-ucx --test shared_node --no-run 2>&1 \
   | sed -n 's/.*Executable tests\/shared_node.rs (\(.*\))/\1/p')
 [ -x "$shared_bin" ] || { echo "ucx-matrix: shared_node test binary not found"; exit 1; }
+# The caller's-buffer path (tag_send_from / tag_recv_into) leans on how each UCX completes a
+# receive of a message already waiting.
+buf_bin=$(cargo test -p tagspace-ucx --test borrowed_buffers --no-run 2>&1 \
+  | sed -n 's/.*Executable tests\/borrowed_buffers.rs (\(.*\))/\1/p')
+[ -x "$buf_bin" ] || { echo "ucx-matrix: borrowed_buffers test binary not found"; exit 1; }
 route_bin=$(cargo bench -p tagspace-ucx --bench shared_route --no-run 2>&1 \
   | sed -n 's/.*Executable benches\/shared_route.rs (\(.*\))/\1/p')
 [ -x "$route_bin" ] || { echo "ucx-matrix: shared_route bench binary not found"; exit 1; }
@@ -49,6 +54,9 @@ for v in "${versions[@]}"; do
   echo "-- shared-node tests (library threads + a host progress thread) with UCX $loaded"
   with_ucx "$shared_bin" --nocapture 2>&1 | grep -E "^test result|FAILED|panicked|not run|^shared node"
   [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "shared-node tests failed with UCX $loaded"; exit 1; }
+  echo "-- caller's-buffer send/receive tests with UCX $loaded"
+  with_ucx "$buf_bin" 2>&1 | grep -E "^test result|FAILED|panicked"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "borrowed-buffer tests failed with UCX $loaded"; exit 1; }
   echo "-- routing from 1/2/4 library threads (smoke run) with UCX $loaded"
   with_ucx "$route_bin" --quick 2>&1 | grep -E "not run|^ +[124] +"
   [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "shared_route bench failed with UCX $loaded"; exit 1; }

@@ -9,8 +9,12 @@
 //!     inter-process transports, not `self`). Raw: `ucp_tag_send_nbx`/`ucp_tag_recv_nbx` with a
 //!     fixed tag and full mask on the endpoint. tagspace: the same endpoint, the tag looked up
 //!     through the peer's directory for every message (`Node::route_tag`), the receive posted
-//!     with the namespace's exact matcher, through the safe wrappers (owned buffers). Blocks of
-//!     raw and tagspace alternate; medians of the blocks are compared.
+//!     with the namespace's exact matcher, two ways: "owned" through the safe wrappers with
+//!     owned buffers (`Endpoint::tag_send`, `Worker::tag_recv`: a `Request` each), "buf" with
+//!     the caller's buffers (`Node::send_from` / `Node::recv_into`: routed, matched and counted
+//!     by the node, no request for a message already waiting). Each tagspace block follows a
+//!     raw block; a ratio is the median of those pairs' ratios. `TAGSPACE_BENCH_ONLY=shm:8`
+//!     runs that one cell alone.
 //! (b) Matching scalability: 8 B ping-pong while N receives of *other* namespaces wait on both
 //!     workers, N = 1, 100, 10 000: with tagspace's full masks (UCX hashes them) versus a
 //!     partial-mask scheme (one library field, as BlazingSQL/EndpointReuse-style code does; UCX
@@ -35,7 +39,10 @@ const SIZES: [usize; 3] = [8, 64 * 1024, 1 << 20];
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
     Raw,
+    /// Owned buffers: `Endpoint::tag_send` / `Worker::tag_recv` (a `Request` each).
     Tagspace,
+    /// The caller's buffers: `Node::send_from` / `Node::recv_into`.
+    Borrowed,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -85,6 +92,12 @@ impl Side {
                 let ep = self.node.endpoint_to(self.peer).expect("endpoint");
                 return raw_send(&self.worker(), ep.as_raw(), RAW_TAG, buf);
             }
+            Mode::Borrowed => {
+                self.node
+                    .send_from(self.lib, self.peer, payload, &buf)
+                    .expect("send");
+                return buf;
+            }
             Mode::Tagspace => {
                 let (ep, tag) = self
                     .node
@@ -106,6 +119,19 @@ impl Side {
     fn recv(&mut self, mode: Mode, payload: u64, buf: Vec<u8>) -> Vec<u8> {
         match mode {
             Mode::Raw => raw_recv(&self.worker(), RAW_TAG, buf, self.size_hint),
+            Mode::Borrowed => {
+                let mut buf = buf;
+                let size = self.size_hint;
+                if buf.len() != size {
+                    buf.resize(size, 0);
+                }
+                let n = self
+                    .node
+                    .recv_into(self.lib, payload, &mut buf, None)
+                    .expect("receive completes");
+                assert_eq!(n, size);
+                buf
+            }
             Mode::Tagspace => {
                 let m = self
                     .node
@@ -253,7 +279,7 @@ fn make_pair(
                     side.size_hint = size;
                     let mut buf = vec![1u8; size];
                     for i in 0..iters {
-                        buf = side.recv(mode, i as u64, reuse(buf, size));
+                        buf = side.recv(mode, i as u64, reuse(mode, buf, size));
                         buf = side.send(mode, i as u64, buf);
                     }
                 }
@@ -261,7 +287,7 @@ fn make_pair(
                     side.size_hint = size;
                     let mut buf = Vec::with_capacity(size);
                     for i in 0..count {
-                        buf = side.recv(mode, i as u64, reuse(buf, size));
+                        buf = side.recv(mode, i as u64, reuse(mode, buf, size));
                     }
                     side.send(mode, ACK, vec![0u8; 8]);
                     side.size_hint = 0;
@@ -318,8 +344,13 @@ fn make_pair(
     (a, job_tx, done_rx, h)
 }
 
-/// A receive buffer of `size` capacity, reusing `buf`'s allocation.
-fn reuse(mut buf: Vec<u8>, size: usize) -> Vec<u8> {
+/// A receive buffer of `size` capacity, reusing `buf`'s allocation (borrowed mode: of `size`
+/// length, which it keeps from one message to the next without writing it).
+fn reuse(mode: Mode, mut buf: Vec<u8>, size: usize) -> Vec<u8> {
+    if mode == Mode::Borrowed {
+        buf.resize(size, 0);
+        return buf;
+    }
     buf.clear();
     buf.reserve(size);
     buf
@@ -346,7 +377,7 @@ fn pingpong(
     for i in 0..iters {
         let t = Instant::now();
         buf = a.send(mode, i as u64, buf);
-        buf = a.recv(mode, i as u64, reuse(buf, size));
+        buf = a.recv(mode, i as u64, reuse(mode, buf, size));
         rtts.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
     }
     done.recv().unwrap();
@@ -387,13 +418,41 @@ fn main() {
     }
 
     println!("\n(a) latency (µs, half round trip) and bandwidth (MB/s): raw ucx1-sys vs tagspace");
+    println!("    (owned: Vec buffers through a Request; buf: the caller's buffers, Node::send_from/recv_into)");
     println!(
-        "{:<5} {:>8} {:>10} {:>10} {:>7}   {:>10} {:>10} {:>7}",
-        "tl", "size", "raw lat", "ts lat", "ratio", "raw bw", "ts bw", "ratio"
+        "{:<4} {:>7} {:>8} {:>8} {:>6} {:>8} {:>6}   {:>8} {:>8} {:>6} {:>8} {:>6}",
+        "tl",
+        "size",
+        "raw lat",
+        "owned",
+        "ratio",
+        "buf",
+        "ratio",
+        "raw bw",
+        "owned",
+        "ratio",
+        "buf",
+        "ratio"
     );
+    // `TAGSPACE_BENCH_ONLY=shm:8` runs section (a) for that transport and size alone (profiling).
+    let only: Option<(String, usize)> = std::env::var("TAGSPACE_BENCH_ONLY").ok().map(|v| {
+        let (t, s) = v.split_once(':').expect("TAGSPACE_BENCH_ONLY=TL:SIZE");
+        (t.to_string(), s.parse().expect("TAGSPACE_BENCH_ONLY size"))
+    });
+    // Each tagspace block is paired with a raw block just before it, and the ratio is the
+    // median of the pairs' ratios: a slow drift of the machine (or a mode that leaves the
+    // workers slower for a while — the owned path's next block measured ~15 % low) then
+    // cancels out instead of landing on whichever mode runs after it.
+    const TAGSPACE_MODES: [Mode; 2] = [Mode::Tagspace, Mode::Borrowed];
     for (tl, cfg) in [("shm", Config::shm()), ("tcp", Config::tcp())] {
+        if only.as_ref().is_some_and(|(t, _)| t != tl) {
+            continue;
+        }
         let (mut a, jobs, done, h) = make_pair(&cfg);
         for size in SIZES {
+            if only.as_ref().is_some_and(|&(_, s)| s != size) {
+                continue;
+            }
             let iters = (match size {
                 8 => 5000,
                 65536 => 500,
@@ -406,32 +465,43 @@ fn main() {
                 _ => 200,
             } / scale)
                 .max(2);
-            let (mut rl, mut tl_, mut rb, mut tb) = (vec![], vec![], vec![], vec![]);
-            // Warm-up, then alternate.
-            pingpong(&mut a, &jobs, &done, Mode::Raw, size, iters.min(100));
-            pingpong(&mut a, &jobs, &done, Mode::Tagspace, size, iters.min(100));
-            for _ in 0..blocks {
-                rl.push(pingpong(&mut a, &jobs, &done, Mode::Raw, size, iters));
-                tl_.push(pingpong(&mut a, &jobs, &done, Mode::Tagspace, size, iters));
-                rb.push(stream(&mut a, &jobs, &done, Mode::Raw, size, count));
-                tb.push(stream(&mut a, &jobs, &done, Mode::Tagspace, size, count));
+            // [raw, owned, buf] values, and the per-pair ratios of owned and buf.
+            let (mut lat, mut bw): ([Vec<f64>; 3], [Vec<f64>; 3]) = Default::default();
+            let (mut lat_r, mut bw_r): ([Vec<f64>; 2], [Vec<f64>; 2]) = Default::default();
+            // Warm-up, then raw/tagspace pairs.
+            for mode in [Mode::Raw, Mode::Tagspace, Mode::Borrowed] {
+                pingpong(&mut a, &jobs, &done, mode, size, iters.min(100));
             }
-            let (rl, tl_, rb, tb) = (
-                median(&mut rl),
-                median(&mut tl_),
-                median(&mut rb),
-                median(&mut tb),
-            );
+            for _ in 0..blocks {
+                for (m, mode) in TAGSPACE_MODES.into_iter().enumerate() {
+                    let rl = pingpong(&mut a, &jobs, &done, Mode::Raw, size, iters);
+                    let tl_ = pingpong(&mut a, &jobs, &done, mode, size, iters);
+                    let rb = stream(&mut a, &jobs, &done, Mode::Raw, size, count);
+                    let tb = stream(&mut a, &jobs, &done, mode, size, count);
+                    lat[0].push(rl);
+                    lat[m + 1].push(tl_);
+                    bw[0].push(rb);
+                    bw[m + 1].push(tb);
+                    lat_r[m].push(tl_ / rl);
+                    bw_r[m].push(tb / rb);
+                }
+            }
+            let [lat, bw] = [lat, bw].map(|c| c.map(|mut v| median(&mut v)));
+            let [lat_r, bw_r] = [lat_r, bw_r].map(|c| c.map(|mut v| median(&mut v)));
             println!(
-                "{:<5} {:>8} {:>10.2} {:>10.2} {:>7.3}   {:>10.1} {:>10.1} {:>7.3}",
+                "{:<4} {:>7} {:>8.2} {:>8.2} {:>6.3} {:>8.2} {:>6.3}   {:>8.1} {:>8.1} {:>6.3} {:>8.1} {:>6.3}",
                 tl,
                 size,
-                rl,
-                tl_,
-                tl_ / rl,
-                rb,
-                tb,
-                tb / rb
+                lat[0],
+                lat[1],
+                lat_r[0],
+                lat[2],
+                lat_r[1],
+                bw[0],
+                bw[1],
+                bw_r[0],
+                bw[2],
+                bw_r[1],
             );
         }
         jobs.send(Job::Stop).unwrap();
@@ -439,6 +509,9 @@ fn main() {
         a.node.shutdown(500);
     }
 
+    if only.is_some() {
+        return;
+    }
     println!(
         "\n(b) matching: 8 B half round trip (µs) with N receives of other namespaces pending"
     );

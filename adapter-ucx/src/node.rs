@@ -1233,6 +1233,78 @@ impl Node {
         id
     }
 
+    /// Sends `data` from the caller's buffer to `payload` in `lib`'s namespace on `peer`,
+    /// returning once UCX no longer needs the buffer (at once for a small message sent
+    /// eagerly): no allocation and no operation to take — the path for pooled or reused
+    /// buffers, at raw libucp's cost (bench (a), "buf").
+    ///
+    /// Unlike [`send`](Self::send) it does not wait for the connection or the peer's
+    /// announcement (P2): `NoConnection` or `PeerLacksNamespace` (waited 0 ms) at once, so a
+    /// caller sends the first message with `send` or checks [`route_tag`](Self::route_tag).
+    /// While it blocks (a rendezvous waits for the receiver) only the UCX worker is progressed,
+    /// not the node's control traffic. Both calls block: a rendezvous between two nodes that
+    /// one thread drives in turn cannot finish inside either call (use `send`/`recv` there).
+    pub fn send_from(
+        &mut self,
+        lib: LibId,
+        peer: u64,
+        payload: u64,
+        data: &[u8],
+    ) -> Result<(), NodeError> {
+        let r = match self.route_tag(lib, peer, payload) {
+            Ok(Some((ep, tag))) => ep.tag_send_from(tag, data).map_err(NodeError::from),
+            Ok(None) => Err(match self.namespace(lib) {
+                Some(ns) => NodeError::PeerLacksNamespace {
+                    name: *ns.name(),
+                    peer,
+                    waited_ms: 0,
+                },
+                None => NodeError::NoSuchLibrary,
+            }),
+            Err(e) => Err(e),
+        };
+        self.count(lib, r.is_ok(), true);
+        r
+    }
+
+    /// Receives the message for `payload` in `lib`'s namespace (exact, full mask, D1) into the
+    /// caller's `buf`, progressing the worker until it has arrived; returns its length. The
+    /// buffer is borrowed for this call only: nothing is allocated, and a message already
+    /// waiting is taken without a UCX request (see [`Worker::tag_recv_into`]).
+    ///
+    /// A message longer than `buf` fails with `UCS_ERR_MESSAGE_TRUNCATED` (it is consumed);
+    /// with `timeout`, a receive still unmatched then fails with `UCS_ERR_TIMED_OUT` and takes
+    /// nothing later. While it blocks only the UCX worker is progressed, not the node's control
+    /// traffic (announcements, heartbeats): keep timeouts short, or use [`recv`](Self::recv)
+    /// and [`progress`](Self::progress), which are also peer-aware ([`recv_from`](Self::recv_from)).
+    pub fn recv_into(
+        &mut self,
+        lib: LibId,
+        payload: u64,
+        buf: &mut [u8],
+        timeout: Option<std::time::Duration>,
+    ) -> Result<usize, NodeError> {
+        let r = self
+            .lib(lib)
+            .and_then(|l| Ok(l.ns.matcher_exact(payload)?))
+            .and_then(|m| {
+                let info = self.worker.tag_recv_into(m.tag(), m.mask(), buf, timeout)?;
+                Ok(info.len)
+            });
+        self.count(lib, r.is_ok(), false);
+        r
+    }
+
+    fn count(&mut self, lib: LibId, ok: bool, sent: bool) {
+        if let Some(Some(l)) = self.libs.get_mut(lib.0) {
+            match (ok, sent) {
+                (false, _) => l.counters.failed += 1,
+                (true, true) => l.counters.sent += 1,
+                (true, false) => l.counters.received += 1,
+            }
+        }
+    }
+
     /// Posts an exact receive for `payload` in `lib`'s namespace (full mask, D1) for a message
     /// of at most `max_len` bytes (a longer one fails with `UCS_ERR_MESSAGE_TRUNCATED`).
     ///
@@ -1425,13 +1497,7 @@ impl Node {
     }
 
     fn finish(&mut self, lib: LibId, r: Result<Option<Vec<u8>>, NodeError>, sent: bool) -> Op {
-        if let Some(Some(l)) = self.libs.get_mut(lib.0) {
-            match (&r, sent) {
-                (Err(_), _) => l.counters.failed += 1,
-                (Ok(_), true) => l.counters.sent += 1,
-                (Ok(_), false) => l.counters.received += 1,
-            }
-        }
+        self.count(lib, r.is_ok(), sent);
         Op::Done(r)
     }
 

@@ -705,6 +705,128 @@ impl Worker {
         }
     }
 
+    /// Receives one message matching `(tag, mask)` into the caller's `buf`, progressing the
+    /// worker until it has arrived. The buffer is borrowed for this call only — no request
+    /// outlives it, nothing is allocated, and a message already waiting completes without a
+    /// UCX request at all — so a caller can receive into its own or pooled memory at raw
+    /// libucp's cost (the owned-buffer [`tag_recv`](Self::tag_recv) pays for a `Request`).
+    ///
+    /// `Ok(info)`: the first `info.len` bytes of `buf` hold the message. A longer message fails
+    /// with `UCS_ERR_MESSAGE_TRUNCATED`. With `timeout`, a receive still unmatched at the
+    /// deadline is cancelled and fails with `UCS_ERR_TIMED_OUT`; one already matched (a
+    /// rendezvous in progress) is waited for, because UCX may be writing into `buf`. A
+    /// rendezvous whose sender dies mid-transfer ends only when UCX fails it: where that
+    /// matters, use the node's `recv_from` (owned buffers, peer-aware).
+    pub fn tag_recv_into(
+        &self,
+        tag: u64,
+        mask: u64,
+        buf: &mut [u8],
+        timeout: Option<std::time::Duration>,
+    ) -> Result<TagInfo, UcxError> {
+        // SAFETY: zeroed is a valid value for this plain C struct.
+        let mut info: sys::ucp_tag_recv_info_t = unsafe { std::mem::zeroed() };
+        // A message already waiting is taken by an exact probe, which reports its length, and
+        // received with at most one request (none for an eager message). A plain receive of
+        // a waiting message completes at once *without* its length before UCX 1.16
+        // (openucx/ucx#9425; `recv_info` is filled since #9440), and on 1.22 the `recv_info`
+        // way measured no faster than this one (bench (a) "buf", 8 B over shared memory).
+        // SAFETY: remove = 1: the message is ours and is received with msg_recv below.
+        let msg = unsafe { sys::ucp_tag_probe_nb(self.raw(), tag, mask, 1, &mut info) };
+        if !msg.is_null() {
+            let found = TagInfo::from(&info);
+            let param = request_param(0);
+            // SAFETY: `msg` came from the probe with remove; `buf` stays borrowed until the
+            // request (if any) completes below.
+            let p = unsafe {
+                sys::ucp_tag_msg_recv_nbx(
+                    self.raw(),
+                    buf.as_mut_ptr() as *mut c_void,
+                    buf.len() as sys::size_t,
+                    msg,
+                    &param,
+                )
+            };
+            return match started(p, "ucp_tag_msg_recv_nbx")? {
+                None => Ok(found),
+                Some(req) => self.wait_request(req, "receive").map(|()| found),
+            };
+        }
+        // Nothing waits. NO_IMM_CMPL: a message that another thread's progress delivers
+        // meanwhile still reports its length, through the request.
+        let param = request_param(sys::ucp_op_attr_t::UCP_OP_ATTR_FLAG_NO_IMM_CMPL as u32);
+        // SAFETY: `buf` is writable for its length and stays borrowed until UCX has completed
+        // (or cancelled) the receive below.
+        let p = unsafe {
+            sys::ucp_tag_recv_nbx(
+                self.raw(),
+                buf.as_mut_ptr() as *mut c_void,
+                buf.len() as sys::size_t,
+                tag,
+                mask,
+                &param,
+            )
+        };
+        let Some(req) = started(p, "ucp_tag_recv_nbx")? else {
+            return Err(UcxError {
+                op: "ucp_tag_recv_nbx (completed without a request)",
+                status: Status::NO_MESSAGE,
+            });
+        };
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        let mut cancelled = false;
+        let mut spins = 0u32;
+        loop {
+            // SAFETY: `req` is a live tag-receive request until freed below.
+            let s = Status::from_sys(unsafe { sys::ucp_tag_recv_request_test(req, &mut info) });
+            if s != Status::INPROGRESS {
+                // SAFETY: completed: freed exactly once; UCX no longer touches `buf`.
+                unsafe { sys::ucp_request_free(req) };
+                return match s {
+                    Status::OK => Ok(TagInfo::from(&info)),
+                    Status::CANCELED if cancelled => Err(UcxError {
+                        op: "ucp_tag_recv_nbx (no message before the deadline)",
+                        status: Status::TIMED_OUT,
+                    }),
+                    status => Err(UcxError {
+                        op: "receive",
+                        status,
+                    }),
+                };
+            }
+            // SAFETY: the worker is live; the raw call avoids `progress`'s orphan check.
+            unsafe { sys::ucp_worker_progress(self.raw()) };
+            spins = spins.wrapping_add(1);
+            if !cancelled
+                && spins % 1024 == 0
+                && deadline.is_some_and(|d| std::time::Instant::now() >= d)
+            {
+                // SAFETY: both live; an unmatched receive then completes with CANCELED.
+                unsafe { sys::ucp_request_cancel(self.raw(), req) };
+                cancelled = true;
+            }
+        }
+    }
+
+    /// Progresses until `req` completes, then frees it: `Ok` or UCX's error status.
+    fn wait_request(&self, req: *mut c_void, op: &'static str) -> Result<(), UcxError> {
+        loop {
+            // SAFETY: `req` is live until freed below.
+            let status = Status::from_sys(unsafe { sys::ucp_request_check_status(req) });
+            if status != Status::INPROGRESS {
+                // SAFETY: completed: freed exactly once.
+                unsafe { sys::ucp_request_free(req) };
+                return if status.is_ok() {
+                    Ok(())
+                } else {
+                    Err(UcxError { op, status })
+                };
+            }
+            // SAFETY: the worker is live (the raw call skips `progress`'s orphan check).
+            unsafe { sys::ucp_worker_progress(self.raw()) };
+        }
+    }
+
     /// Looks at the oldest unexpected message matching `(tag, mask)` without taking it.
     pub fn tag_probe(&self, tag: u64, mask: u64) -> Option<TagInfo> {
         // SAFETY: zeroed is a valid value for this plain C struct.
@@ -1137,6 +1259,28 @@ impl Endpoint {
             None => Started::Done(data),
             Some(raw) => Started::Pending(Request::new(&self.worker, raw, Kind::Send, Some(data))),
         })
+    }
+
+    /// Sends `data` with `tag` from the caller's buffer, progressing the worker until UCX no
+    /// longer needs it (at once for a message UCX sends eagerly in place, as raw libucp does):
+    /// the borrowed-buffer counterpart of [`tag_send`](Self::tag_send), with no request and
+    /// no allocation. A peer failure or a closed endpoint is an `Err` with UCX's status.
+    pub fn tag_send_from(&self, tag: u64, data: &[u8]) -> Result<(), UcxError> {
+        let param = request_param(0);
+        // SAFETY: `data` stays borrowed until the request (if any) completes below.
+        let p = unsafe {
+            sys::ucp_tag_send_nbx(
+                self.raw,
+                data.as_ptr() as *const c_void,
+                data.len() as sys::size_t,
+                tag,
+                &param,
+            )
+        };
+        match started(p, "ucp_tag_send_nbx")? {
+            None => Ok(()),
+            Some(req) => self.worker.wait_request(req, "send"),
+        }
     }
 
     /// Sends an Active Message `id` (eagerly, so that the receiver gets it whole in its
