@@ -125,6 +125,20 @@ struct Endpoint {
     remote_worker: WorkerId,
     remote_ep: EpId,
     state: Result<(), FabricError>,
+    /// With [`Fabric::set_hold`]: tag messages sent on this endpoint and not yet delivered, in
+    /// order (UCX keeps one endpoint's tag messages in order).
+    tag_wire: VecDeque<(u64, TagMsg)>,
+    /// Likewise its Active Messages (in order among themselves, not against the tags).
+    am_wire: VecDeque<(u16, Vec<u8>)>,
+}
+
+/// One of an endpoint's two in-order lanes (see [`Fabric::set_hold`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lane {
+    /// Tag messages.
+    Tag,
+    /// Active Messages.
+    Am,
 }
 
 #[derive(Debug)]
@@ -142,6 +156,7 @@ pub struct Fabric {
     eps: Vec<Endpoint>,
     sends: HashMap<SendId, SendState>,
     next_id: u64,
+    hold: bool,
 }
 
 impl Fabric {
@@ -212,12 +227,16 @@ impl Fabric {
             remote_worker: to,
             remote_ep: b,
             state: Ok(()),
+            tag_wire: VecDeque::new(),
+            am_wire: VecDeque::new(),
         });
         self.eps.push(Endpoint {
             worker: to,
             remote_worker: from,
             remote_ep: a,
             state: Ok(()),
+            tag_wire: VecDeque::new(),
+            am_wire: VecDeque::new(),
         });
         self.workers[to.0]
             .events
@@ -256,6 +275,18 @@ impl Fabric {
                 SendState::Done(Ok(()))
             },
         );
+        if self.hold {
+            self.eps[ep.0].tag_wire.push_back((tag, msg));
+        } else {
+            self.arrive(dest, tag, msg);
+        }
+        Ok(id)
+    }
+
+    fn arrive(&mut self, dest: WorkerId, tag: u64, msg: TagMsg) {
+        if self.dead.contains(&self.workers[dest.0].process) {
+            return;
+        }
         let w = &mut self.workers[dest.0];
         if let Some((recv, msg)) = w.matcher.arrive(tag, msg) {
             w.done_recvs.insert(
@@ -269,7 +300,60 @@ impl Fabric {
                 self.sends.insert(s, SendState::Done(Ok(())));
             }
         }
-        Ok(id)
+    }
+
+    /// Holds every message in flight until [`deliver`](Self::deliver) moves it (`true`), or
+    /// delivers at once as sent (`false`, the default; held messages are delivered first).
+    /// Held, each endpoint keeps its tag messages in order and its Active Messages in order,
+    /// but nothing orders the two lanes against each other, nor one endpoint against another —
+    /// UCX's guarantees, and no more. When an endpoint is closed, what its peer still had in
+    /// flight toward it is lost, and what it sent itself still arrives (UCX flushes on close);
+    /// a killed process's messages in flight are lost, as is anything sent to it.
+    pub fn set_hold(&mut self, on: bool) {
+        self.hold = on;
+        if !on {
+            self.deliver_all();
+        }
+    }
+
+    /// The lanes with a message held in flight, in endpoint order.
+    pub fn in_flight(&self) -> Vec<(EpId, Lane)> {
+        let mut v = Vec::new();
+        for (i, e) in self.eps.iter().enumerate() {
+            if !e.tag_wire.is_empty() {
+                v.push((EpId(i), Lane::Tag));
+            }
+            if !e.am_wire.is_empty() {
+                v.push((EpId(i), Lane::Am));
+            }
+        }
+        v
+    }
+
+    /// Delivers the oldest message held on `ep`'s `lane`; false if there was none.
+    pub fn deliver(&mut self, ep: EpId, lane: Lane) -> bool {
+        let Some(e) = self.eps.get_mut(ep.0) else {
+            return false;
+        };
+        let (dest, reply_ep) = (e.remote_worker, e.remote_ep);
+        match lane {
+            Lane::Tag => match e.tag_wire.pop_front() {
+                Some((tag, msg)) => self.arrive(dest, tag, msg),
+                None => return false,
+            },
+            Lane::Am => match e.am_wire.pop_front() {
+                Some((id, data)) => self.am_arrive(dest, id, data, reply_ep),
+                None => return false,
+            },
+        }
+        true
+    }
+
+    /// Delivers everything held, lane by lane.
+    pub fn deliver_all(&mut self) {
+        for (ep, lane) in self.in_flight() {
+            while self.deliver(ep, lane) {}
+        }
     }
 
     /// `None` while pending (or already taken); then how the send ended. Taking it forgets
@@ -376,17 +460,24 @@ impl Fabric {
     pub fn am_send(&mut self, ep: EpId, id: u16, data: &[u8]) -> Result<(), FabricError> {
         let e = self.usable(ep)?;
         let (dest, reply_ep) = (e.remote_worker, e.remote_ep);
+        if self.hold {
+            self.eps[ep.0].am_wire.push_back((id, data.to_vec()));
+        } else {
+            self.am_arrive(dest, id, data.to_vec(), reply_ep);
+        }
+        Ok(())
+    }
+
+    fn am_arrive(&mut self, dest: WorkerId, id: u16, data: Vec<u8>, reply_ep: EpId) {
+        if self.dead.contains(&self.workers[dest.0].process) {
+            return;
+        }
         let w = &mut self.workers[dest.0];
         if w.am_handlers.contains(&id) {
-            w.am_queue.push_back(AmMessage {
-                id,
-                data: data.to_vec(),
-                reply_ep,
-            });
+            w.am_queue.push_back(AmMessage { id, data, reply_ep });
         } else {
             w.stats.am_dropped += 1;
         }
-        Ok(())
     }
 
     /// The next Active Message delivered to a worker.
@@ -410,6 +501,9 @@ impl Fabric {
             return;
         }
         e.state = Err(why);
+        // What this side still had in flight toward the closed or dead side is lost.
+        e.tag_wire.clear();
+        e.am_wire.clear();
         let worker = e.worker;
         self.workers[worker.0]
             .events
@@ -441,6 +535,14 @@ impl Fabric {
     /// [`FabricError::PeerFailed`], and rendezvous sends it has not matched fail.
     pub fn kill(&mut self, p: ProcessId) {
         self.dead.insert(p);
+        // Held messages it sent are lost with it (as over TCP). Over shared memory they could
+        // still arrive: the residual R7 window the README describes, not modelled here.
+        for e in &mut self.eps {
+            if self.workers[e.worker.0].process == p {
+                e.tag_wire.clear();
+                e.am_wire.clear();
+            }
+        }
         let to_fail: Vec<EpId> = (0..self.eps.len())
             .map(EpId)
             .filter(|&ep| {
@@ -478,6 +580,37 @@ mod tests {
         );
         let r = f.tag_recv(b, 1, u64::MAX).unwrap();
         assert_eq!(f.recv_take(b, r).unwrap().unwrap().data, b"hi");
+    }
+
+    #[test]
+    fn held_lanes_keep_their_own_order_only() {
+        let mut f = Fabric::new();
+        let (a, b) = (f.new_worker(ProcessId(0)), f.new_worker(ProcessId(1)));
+        f.am_set_handler(b, 5).unwrap();
+        let ep = f.connect(a, b).unwrap();
+        f.set_hold(true);
+        f.tag_send(ep, 1, b"t1").unwrap();
+        f.am_send(ep, 5, b"a1").unwrap();
+        f.tag_send(ep, 1, b"t2").unwrap();
+        assert_eq!(f.in_flight(), vec![(ep, Lane::Tag), (ep, Lane::Am)]);
+        assert!(
+            f.tag_probe(b, 1, u64::MAX, false).unwrap().is_none(),
+            "held"
+        );
+        // The AM overtakes both tags; the tags stay in order.
+        assert!(f.deliver(ep, Lane::Am));
+        assert_eq!(f.am_take(b).unwrap().data, b"a1");
+        assert!(f.deliver(ep, Lane::Tag));
+        assert!(f.deliver(ep, Lane::Tag));
+        assert!(!f.deliver(ep, Lane::Tag));
+        let first = f.tag_probe(b, 1, u64::MAX, true).unwrap().unwrap();
+        assert_eq!(first.data, b"t1");
+        // A killed process's messages in flight are lost with it.
+        f.tag_send(ep, 2, b"late").unwrap();
+        f.kill(ProcessId(0));
+        assert!(f.in_flight().is_empty());
+        f.deliver_all();
+        assert!(f.tag_probe(b, 2, u64::MAX, true).unwrap().is_none());
     }
 
     #[test]

@@ -140,6 +140,18 @@ impl Node {
         layout: TagLayout,
     ) -> Node {
         let registry: &'static Registry<CAP> = Box::leak(Box::new(Registry::new(layout)));
+        Node::with_registry(fab, process, identity, registry)
+    }
+
+    /// A process on the given registry (a harness that runs many short scenarios reuses its
+    /// registries instead of leaking one per node).
+    pub fn with_registry(
+        fab: &mut Fabric,
+        process: ProcessId,
+        identity: Identity,
+        registry: &'static Registry<CAP>,
+    ) -> Node {
+        let layout = *registry.layout();
         let worker = fab.new_worker(process);
         let control_am = (CONTROL_ID as u32 * layout.am_ids_per_namespace()) as u16;
         fab.am_set_handler(worker, control_am)
@@ -313,6 +325,27 @@ impl Node {
     /// The shared endpoint to `peer`, for code outside tagspace (a legacy library).
     pub fn endpoint_to(&self, peer: u64) -> Option<EpId> {
         self.conn_to(peer).ok().map(|c| c.ep)
+    }
+
+    /// The endpoint to `peer` and the tag for `payload` in `lib`'s namespace there, as the
+    /// UCX node's `route_tag`: `Ok(None)` while the peer has not announced the name,
+    /// `NoConnection` while no established connection serves it.
+    pub fn route_tag(
+        &self,
+        lib: LibId,
+        peer: u64,
+        payload: u64,
+    ) -> Result<Option<(EpId, u64)>, NodeError> {
+        let conn = self.conn_to(peer)?;
+        let l = self
+            .libs
+            .get(lib.0)
+            .and_then(Option::as_ref)
+            .ok_or(NodeError::NoSuchLibrary)?;
+        match conn.session.route(&l.ns) {
+            Some(route) => Ok(Some((conn.ep, l.ns.remote_tag(route, payload)?.raw()))),
+            None => Ok(None),
+        }
     }
 
     fn conn_to(&self, peer: u64) -> Result<&Conn, NodeError> {

@@ -319,3 +319,298 @@ pub fn check_session(input: &SessionInput) {
     assert_eq!(sb.survives_duplicate(), Some(a_lower));
     assert_eq!(sa.peer().map(|p| p.token), Some(ib.token()));
 }
+
+/// One step of the `network` scenario: several mock nodes (each a process with its own
+/// registry) on one fabric that holds every message in flight until a step delivers it.
+#[derive(Arbitrary, Debug)]
+pub enum NetOp {
+    /// Process `p` registers name `n`.
+    Register { p: u8, n: u8 },
+    /// Process `p` releases name `n`, if it holds it.
+    Release { p: u8, n: u8 },
+    /// Process `p` releases and registers name `n` again, `times` times in a row (the
+    /// release/register churn that brings quarantined ids round: 240 dynamic ids).
+    Churn { p: u8, n: u8, times: u8 },
+    /// Process `p` opens a connection to `q` (again: a duplicate connection, P4).
+    Connect { p: u8, q: u8 },
+    /// Process `p`'s library `n` sends a message to `q`'s `n` (waiting up to 50 ms for the route).
+    Send { p: u8, q: u8, n: u8 },
+    /// Delivers the oldest held message of one lane (`pick` among those with one in flight):
+    /// lanes and endpoints are reordered against each other, never within themselves.
+    Deliver { pick: u8 },
+    /// Delivers everything in flight.
+    DeliverAll,
+    /// `rounds % 4 + 1` rounds of: deliver everything, progress every live process (what lets
+    /// handshakes and announcements finish between the steps that race them).
+    Settle { rounds: u8 },
+    /// Process `p` runs `progress`.
+    Progress { p: u8 },
+    /// The clock moves on by `ms` (deadlines, heartbeats).
+    Advance { ms: u16 },
+    /// Process `p` is killed (`kill -9`): what it had in flight is lost (as over TCP).
+    Kill { p: u8 },
+}
+
+/// Input of `network`.
+#[derive(Arbitrary, Debug)]
+pub struct NetInput {
+    ops: Vec<NetOp>,
+}
+
+const PROCS: usize = 3;
+const NET_NAMES: [&str; 3] = ["foo", "bar", "baz"];
+
+struct NetProc {
+    node: tagspace_mock::node::Node,
+    libs: [Option<tagspace_mock::node::LibId>; NET_NAMES.len()],
+    alive: bool,
+}
+
+thread_local! {
+    /// One registry per simulated process, made once and reset for every scenario: a leaked
+    /// registry per node would grow without bound over millions of runs.
+    static NET_REGISTRIES: [*mut Registry<{ tagspace_mock::node::CAP }>; PROCS] =
+        core::array::from_fn(|_| {
+            Box::into_raw(Box::new(Registry::new(net_layout())))
+        });
+}
+
+/// `network`: misdelivery and stale routes under any interleaving of registrations, releases,
+/// connections (duplicates included), sends, partial and reordered delivery, time and kills.
+/// After every step:
+/// * every message waiting in a library's namespace was sent to that library's *name* — none
+///   sent to a released name ever lands in the name that took its id next (R7);
+/// * a route a node holds to a peer's id leads to a name the peer still holds there, or to an
+///   id the peer keeps quarantined (never to a freed or reused id);
+///
+/// and once the network is quiet (everything delivered, every live node progressed), each
+/// node routes every name it shares with a live, connected peer to that peer's id (P1).
+pub fn check_network(input: &NetInput) {
+    use tagspace_mock::fabric::{Fabric, ProcessId};
+    use tagspace_mock::node::Node;
+
+    let mut fab = Fabric::new();
+    fab.set_hold(true);
+    let registries = NET_REGISTRIES.with(|r| *r);
+    let mut procs: Vec<NetProc> = (0..PROCS)
+        .map(|i| {
+            // SAFETY: the registries are only reached through the nodes of one scenario, which
+            // are all dropped before the next scenario resets them; nothing keeps a reference.
+            let reg: &'static Registry<{ tagspace_mock::node::CAP }> = unsafe {
+                registries[i].write(Registry::new(net_layout()));
+                &*registries[i]
+            };
+            let mut seed = [0x3c; 32];
+            seed[0] = i as u8;
+            NetProc {
+                node: Node::with_registry(&mut fab, ProcessId(i), Identity::from_seed(&seed), reg),
+                libs: [None; NET_NAMES.len()],
+                alive: true,
+            }
+        })
+        .collect();
+    let tokens: Vec<u64> = procs.iter().map(|p| p.node.token()).collect();
+    let mut seq = 0u64;
+    let trace = std::env::var_os("NET_TRACE").is_some();
+    for op in input.ops.iter().take(200) {
+        if trace {
+            eprintln!("op {op:?} in flight {:?}", fab.in_flight());
+        }
+        match *op {
+            NetOp::Register { p, n } => {
+                let (p, n) = (p as usize % PROCS, n as usize % NET_NAMES.len());
+                let pr = &mut procs[p];
+                if pr.alive && pr.libs[n].is_none() {
+                    // A clear error (all ids quarantined) is allowed; the scenario goes on.
+                    pr.libs[n] = pr.node.register(NET_NAMES[n]).ok();
+                }
+            }
+            NetOp::Release { p, n } => {
+                let (p, n) = (p as usize % PROCS, n as usize % NET_NAMES.len());
+                let pr = &mut procs[p];
+                if let (true, Some(lib)) = (pr.alive, pr.libs[n].take()) {
+                    pr.node.release(&mut fab, lib);
+                }
+            }
+            NetOp::Churn { p, n, times } => {
+                let (p, n) = (p as usize % PROCS, n as usize % NET_NAMES.len());
+                for _ in 0..times {
+                    let pr = &mut procs[p];
+                    if !pr.alive {
+                        break;
+                    }
+                    if let Some(lib) = pr.libs[n].take() {
+                        pr.node.release(&mut fab, lib);
+                    }
+                    pr.libs[n] = pr.node.register(NET_NAMES[n]).ok();
+                    // Whatever waits in the id the name lands on must be this name's.
+                    check_net_delivery(&mut fab, &procs);
+                }
+            }
+            NetOp::Connect { p, q } => {
+                let (p, q) = (p as usize % PROCS, q as usize % PROCS);
+                if p != q && procs[p].alive {
+                    let to = procs[q].node.worker();
+                    let _ = procs[p].node.connect(&mut fab, to);
+                }
+            }
+            NetOp::Send { p, q, n } => {
+                let (p, q, n) = (
+                    p as usize % PROCS,
+                    q as usize % PROCS,
+                    n as usize % NET_NAMES.len(),
+                );
+                let pr = &mut procs[p];
+                if let (true, true, Some(lib)) = (pr.alive, p != q, pr.libs[n]) {
+                    seq += 1;
+                    let mut data = vec![n as u8, p as u8];
+                    data.extend_from_slice(&seq.to_le_bytes());
+                    pr.node.send(&mut fab, lib, tokens[q], seq, &data, 50);
+                }
+            }
+            NetOp::Deliver { pick } => {
+                let lanes = fab.in_flight();
+                if !lanes.is_empty() {
+                    let (ep, lane) = lanes[pick as usize % lanes.len()];
+                    fab.deliver(ep, lane);
+                }
+            }
+            NetOp::DeliverAll => fab.deliver_all(),
+            NetOp::Settle { rounds } => {
+                for _ in 0..rounds % 4 + 1 {
+                    fab.deliver_all();
+                    for pr in procs.iter_mut().filter(|pr| pr.alive) {
+                        pr.node.progress(&mut fab);
+                    }
+                }
+            }
+            NetOp::Progress { p } => {
+                let pr = &mut procs[p as usize % PROCS];
+                if pr.alive {
+                    pr.node.progress(&mut fab);
+                }
+            }
+            NetOp::Advance { ms } => fab.advance(ms as u64),
+            NetOp::Kill { p } => {
+                let p = p as usize % PROCS;
+                if procs[p].alive {
+                    fab.kill(ProcessId(p));
+                    procs[p].alive = false;
+                }
+            }
+        }
+        check_net_delivery(&mut fab, &procs);
+        check_net_routes(&procs, &tokens);
+    }
+    // Quiet: deliver everything and let every live node handle it, a few rounds (frames
+    // answer frames), without letting deadlines pass.
+    for _round in 0..8 {
+        if trace {
+            eprintln!("quiet round {_round}: in flight {:?}", fab.in_flight());
+        }
+        fab.deliver_all();
+        for pr in procs.iter_mut().filter(|pr| pr.alive) {
+            pr.node.progress(&mut fab);
+        }
+        check_net_delivery(&mut fab, &procs);
+        check_net_routes(&procs, &tokens);
+    }
+    for (p, a) in procs.iter().enumerate().filter(|(_, a)| a.alive) {
+        for (q, b) in procs.iter().enumerate().filter(|(_, b)| b.alive) {
+            if p == q || a.node.live_connections_to(tokens[q]) == 0 {
+                continue;
+            }
+            for (n, name) in NET_NAMES.iter().enumerate() {
+                let (Some(la), Some(lb)) = (a.libs[n], b.libs[n]) else {
+                    continue;
+                };
+                let want = b.node.namespace(lb).expect("registered").id();
+                let got = a.node.route_tag(la, tokens[q], 0);
+                let id = match got {
+                    Ok(Some((_, tag))) => ns_id(tag),
+                    other => {
+                        panic!("quiet network: {p} has no route to {q}'s {name} (id {want}): {other:?}")
+                    }
+                };
+                assert_eq!(id, want, "quiet network: {p} routes {q}'s {name}");
+            }
+        }
+    }
+    for pr in procs.iter_mut().filter(|pr| pr.alive) {
+        for lib in pr.libs.iter_mut().filter_map(Option::take) {
+            pr.node.release(&mut fab, lib);
+        }
+    }
+}
+
+/// The mock node's layout (its registry holds 256 ids, 240 of them dynamic: `Churn` brings a
+/// released id round again, ids being reused least recently released first).
+fn net_layout() -> TagLayout {
+    TagLayout::DEFAULT
+}
+
+fn ns_id(tag: u64) -> u16 {
+    let f = net_layout().namespace_field();
+    ((tag & f.mask()) >> f.shift()) as u16
+}
+
+/// Takes every message waiting in each live library's namespace (as the library would) and
+/// checks it was sent to that library's name.
+fn check_net_delivery(fab: &mut tagspace_mock::fabric::Fabric, procs: &[NetProc]) {
+    let f = net_layout().namespace_field();
+    for (q, pr) in procs.iter().enumerate().filter(|(_, pr)| pr.alive) {
+        for (n, lib) in pr.libs.iter().enumerate() {
+            let Some(ns) = lib.and_then(|l| pr.node.namespace(l)) else {
+                continue;
+            };
+            let tag = (ns.id() as u64) << f.shift();
+            while let Ok(Some(m)) = fab.tag_probe(pr.node.worker(), tag, f.mask(), true) {
+                assert!(
+                    m.data.first() == Some(&(n as u8)),
+                    "misdelivered: {q}'s {} (id {}) got a message sent to name {:?} by {:?}",
+                    NET_NAMES[n],
+                    ns.id(),
+                    m.data.first().map(|&i| NET_NAMES.get(i as usize)),
+                    m.data.get(1),
+                );
+            }
+        }
+    }
+}
+
+/// A route to a peer's id leads to a name the peer still holds there, or to an id it keeps
+/// quarantined for this node's confirmation.
+fn check_net_routes(procs: &[NetProc], tokens: &[u64]) {
+    for (p, a) in procs.iter().enumerate().filter(|(_, a)| a.alive) {
+        for (q, b) in procs.iter().enumerate().filter(|(_, b)| b.alive) {
+            if p == q {
+                continue;
+            }
+            if b.node.live_connections_to(tokens[p]) == 0 {
+                // The peer closed its side and gave that connection's pins back; this node has
+                // not seen the close yet, but the closed endpoint takes no more sends here (and
+                // over TCP). Over shared memory it could: the README's residual R7 window.
+                continue;
+            }
+            for (n, name) in NET_NAMES.iter().enumerate() {
+                let Some(la) = a.libs[n] else { continue };
+                let Ok(Some((_, tag))) = a.node.route_tag(la, tokens[q], 0) else {
+                    continue;
+                };
+                let id = ns_id(tag);
+                let held = b.libs[n]
+                    .and_then(|lb| b.node.namespace(lb))
+                    .is_some_and(|ns| ns.id() == id);
+                assert!(
+                    held || b.node.registry().is_quarantined(id),
+                    "{p} routes {} to {q}'s id {id}, which {q} neither holds for it nor keeps \
+                     quarantined (there: {:?}; connections {p}->{q} {}, {q}->{p} {})",
+                    name,
+                    b.node.registry().name_of(id).map(|(_, name)| name),
+                    a.node.live_connections_to(tokens[q]),
+                    b.node.live_connections_to(tokens[p]),
+                );
+            }
+        }
+    }
+}

@@ -58,3 +58,13 @@ fn ipc_descriptor() {
         tagspace_fuzz::check_ipc_descriptor(&bytes);
     }
 }
+
+#[test]
+fn network() {
+    for (name, bytes) in inputs("network") {
+        eprintln!("replaying {name}");
+        if let Some(input) = structured::<tagspace_fuzz::NetInput>(&bytes) {
+            tagspace_fuzz::check_network(&input);
+        }
+    }
+}
