@@ -683,26 +683,66 @@ impl Worker {
     /// message whose tag `t` has `t & mask == tag & mask`.
     pub fn tag_recv(&self, tag: u64, mask: u64, mut buf: Vec<u8>) -> Result<Request, UcxError> {
         buf.clear();
-        let param = request_param(sys::ucp_op_attr_t::UCP_OP_ATTR_FLAG_NO_IMM_CMPL as u32);
         // SAFETY: the buffer's capacity is writable and is kept alive by the Request (or an
         // orphan) until UCX completes the receive.
+        let raw = unsafe { self.post_recv(buf.as_mut_ptr(), buf.capacity(), tag, mask)? };
+        Ok(Request::new(self, raw, Kind::Recv, Some(buf)))
+    }
+
+    /// `ucp_tag_recv_nbx` with `NO_IMM_CMPL`: the request (always one, so that the message's
+    /// length can be read from it).
+    ///
+    /// # Safety
+    /// `len` bytes at `ptr` are writable until the request completes or is cancelled.
+    unsafe fn post_recv(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        tag: u64,
+        mask: u64,
+    ) -> Result<*mut c_void, UcxError> {
+        let param = request_param(sys::ucp_op_attr_t::UCP_OP_ATTR_FLAG_NO_IMM_CMPL as u32);
+        // SAFETY: the caller's promise about the buffer; the worker is live.
         let p = unsafe {
-            sys::ucp_tag_recv_nbx(
-                self.raw(),
-                buf.as_mut_ptr() as *mut c_void,
-                buf.capacity() as sys::size_t,
-                tag,
-                mask,
-                &param,
-            )
+            sys::ucp_tag_recv_nbx(self.raw(), ptr as *mut c_void, len as _, tag, mask, &param)
         };
-        match started(p, "ucp_tag_recv_nbx")? {
-            None => Err(UcxError {
-                op: "ucp_tag_recv_nbx (completed without a request)",
+        started(p, "ucp_tag_recv_nbx")?.ok_or(UcxError {
+            op: "ucp_tag_recv_nbx (completed without a request)",
+            status: Status::NO_MESSAGE,
+        })
+    }
+
+    /// `ucp_tag_msg_recv_nbx` of a message taken by a probe: `None` if it completed at once
+    /// (allowed unless `no_imm`), else its request.
+    ///
+    /// # Safety
+    /// `msg` came from `ucp_tag_probe_nb` with remove and is received only here; `len` bytes at
+    /// `ptr` are writable until the request completes.
+    unsafe fn msg_recv(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        msg: sys::ucp_tag_message_h,
+        no_imm: bool,
+    ) -> Result<Option<*mut c_void>, UcxError> {
+        let flags = if no_imm {
+            sys::ucp_op_attr_t::UCP_OP_ATTR_FLAG_NO_IMM_CMPL as u32
+        } else {
+            0
+        };
+        let param = request_param(flags);
+        // SAFETY: the caller's promises about `msg` and the buffer; the worker is live.
+        let p = unsafe {
+            sys::ucp_tag_msg_recv_nbx(self.raw(), ptr as *mut c_void, len as _, msg, &param)
+        };
+        let req = started(p, "ucp_tag_msg_recv_nbx")?;
+        if no_imm && req.is_none() {
+            return Err(UcxError {
+                op: "ucp_tag_msg_recv_nbx (completed without a request)",
                 status: Status::NO_MESSAGE,
-            }),
-            Some(raw) => Ok(Request::new(self, raw, Kind::Recv, Some(buf))),
+            });
         }
+        Ok(req)
     }
 
     /// Receives one message matching `(tag, mask)` into the caller's `buf`, progressing the
@@ -735,44 +775,18 @@ impl Worker {
         let msg = unsafe { sys::ucp_tag_probe_nb(self.raw(), tag, mask, 1, &mut info) };
         if !msg.is_null() {
             let found = TagInfo::from(&info);
-            let param = request_param(0);
             // SAFETY: `msg` came from the probe with remove; `buf` stays borrowed until the
             // request (if any) completes below.
-            let p = unsafe {
-                sys::ucp_tag_msg_recv_nbx(
-                    self.raw(),
-                    buf.as_mut_ptr() as *mut c_void,
-                    buf.len() as sys::size_t,
-                    msg,
-                    &param,
-                )
-            };
-            return match started(p, "ucp_tag_msg_recv_nbx")? {
+            return match unsafe { self.msg_recv(buf.as_mut_ptr(), buf.len(), msg, false)? } {
                 None => Ok(found),
                 Some(req) => self.wait_request(req, "receive").map(|()| found),
             };
         }
-        // Nothing waits. NO_IMM_CMPL: a message that another thread's progress delivers
-        // meanwhile still reports its length, through the request.
-        let param = request_param(sys::ucp_op_attr_t::UCP_OP_ATTR_FLAG_NO_IMM_CMPL as u32);
+        // Nothing waits. With a request (NO_IMM_CMPL), a message that another thread's progress
+        // delivers meanwhile still reports its length.
         // SAFETY: `buf` is writable for its length and stays borrowed until UCX has completed
         // (or cancelled) the receive below.
-        let p = unsafe {
-            sys::ucp_tag_recv_nbx(
-                self.raw(),
-                buf.as_mut_ptr() as *mut c_void,
-                buf.len() as sys::size_t,
-                tag,
-                mask,
-                &param,
-            )
-        };
-        let Some(req) = started(p, "ucp_tag_recv_nbx")? else {
-            return Err(UcxError {
-                op: "ucp_tag_recv_nbx (completed without a request)",
-                status: Status::NO_MESSAGE,
-            });
-        };
+        let req = unsafe { self.post_recv(buf.as_mut_ptr(), buf.len(), tag, mask)? };
         let deadline = timeout.map(|t| std::time::Instant::now() + t);
         let mut cancelled = false;
         let mut spins = 0u32;
@@ -854,23 +868,14 @@ impl Worker {
         }
         let info = TagInfo::from(&info);
         let mut buf = Vec::with_capacity(info.len.min(max_len));
-        let param = request_param(sys::ucp_op_attr_t::UCP_OP_ATTR_FLAG_NO_IMM_CMPL as u32);
         // SAFETY: msg came from probe with remove; the buffer lives in the Request.
-        let p = unsafe {
-            sys::ucp_tag_msg_recv_nbx(
-                self.raw(),
-                buf.as_mut_ptr() as *mut c_void,
-                buf.capacity() as sys::size_t,
-                msg,
-                &param,
-            )
-        };
-        match started(p, "ucp_tag_msg_recv_nbx")? {
+        match unsafe { self.msg_recv(buf.as_mut_ptr(), buf.capacity(), msg, true)? } {
+            Some(raw) => Ok(Some((info, Request::new(self, raw, Kind::Recv, Some(buf))))),
+            // Not reached: with NO_IMM_CMPL, `msg_recv` gives a request or an error.
             None => Err(UcxError {
                 op: "ucp_tag_msg_recv_nbx (completed without a request)",
                 status: Status::NO_MESSAGE,
             }),
-            Some(raw) => Ok(Some((info, Request::new(self, raw, Kind::Recv, Some(buf))))),
         }
     }
 
@@ -1244,18 +1249,8 @@ impl Endpoint {
 
     /// Sends `data` with `tag`; the buffer comes back in the completion.
     pub fn tag_send(&self, tag: u64, data: Vec<u8>) -> Result<Started<Vec<u8>>, UcxError> {
-        let param = request_param(0);
         // SAFETY: the buffer lives in the Request (or an orphan) until UCX completes.
-        let p = unsafe {
-            sys::ucp_tag_send_nbx(
-                self.raw,
-                data.as_ptr() as *const c_void,
-                data.len() as sys::size_t,
-                tag,
-                &param,
-            )
-        };
-        Ok(match started(p, "ucp_tag_send_nbx")? {
+        Ok(match unsafe { self.post_send(tag, &data)? } {
             None => Started::Done(data),
             Some(raw) => Started::Pending(Request::new(&self.worker, raw, Kind::Send, Some(data))),
         })
@@ -1266,8 +1261,20 @@ impl Endpoint {
     /// the borrowed-buffer counterpart of [`tag_send`](Self::tag_send), with no request and
     /// no allocation. A peer failure or a closed endpoint is an `Err` with UCX's status.
     pub fn tag_send_from(&self, tag: u64, data: &[u8]) -> Result<(), UcxError> {
-        let param = request_param(0);
         // SAFETY: `data` stays borrowed until the request (if any) completes below.
+        match unsafe { self.post_send(tag, data)? } {
+            None => Ok(()),
+            Some(req) => self.worker.wait_request(req, "send"),
+        }
+    }
+
+    /// `ucp_tag_send_nbx`: `None` if it completed at once, else its request.
+    ///
+    /// # Safety
+    /// `data` stays valid (and unchanged) until the request completes.
+    unsafe fn post_send(&self, tag: u64, data: &[u8]) -> Result<Option<*mut c_void>, UcxError> {
+        let param = request_param(0);
+        // SAFETY: the caller's promise about `data`; the endpoint is live.
         let p = unsafe {
             sys::ucp_tag_send_nbx(
                 self.raw,
@@ -1277,10 +1284,7 @@ impl Endpoint {
                 &param,
             )
         };
-        match started(p, "ucp_tag_send_nbx")? {
-            None => Ok(()),
-            Some(req) => self.worker.wait_request(req, "send"),
-        }
+        started(p, "ucp_tag_send_nbx")
     }
 
     /// Sends an Active Message `id` (eagerly, so that the receiver gets it whole in its
