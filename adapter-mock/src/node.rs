@@ -123,6 +123,9 @@ pub struct Node {
     host: bool,
     /// Host mode: released ids whose pins wait until nothing is queued in them.
     held: Vec<u16>,
+    /// R7: the pins of ended connections and when each ended, given back after
+    /// [`engine::CLOSED_PIN_LINGER_MS`] (as on the UCX node).
+    pins_lingering: VecDeque<(u64, Vec<u16>)>,
 }
 
 impl Node {
@@ -176,6 +179,7 @@ impl Node {
             deadline_closes: 0,
             host: false,
             held: Vec::new(),
+            pins_lingering: VecDeque::new(),
         }
     }
 
@@ -753,13 +757,26 @@ impl Node {
     /// down, are drained of what arrived for them (if quarantined: all strays) and unpinned.
     fn release_pins(&mut self, fab: &mut Fabric) {
         let mut ids = Vec::new();
+        let now = fab.now_ms();
         for c in &mut self.conns {
             while let Some(id) = c.session.take_confirmed() {
                 ids.push(id);
             }
             if matches!(c.state, ConnState::Down(_) | ConnState::Superseded) && !c.finished {
                 c.finished = true;
-                ids.extend(c.session.finish());
+                // Not at once: what the peer sent before it saw the end may still arrive.
+                let pinned = c.session.finish();
+                if !pinned.is_empty() {
+                    self.pins_lingering.push_back((now, pinned.to_vec()));
+                }
+            }
+        }
+        while let Some((ended, _)) = self.pins_lingering.front() {
+            if !engine::closed_pins_due(*ended, now) {
+                break;
+            }
+            if let Some((_, pinned)) = self.pins_lingering.pop_front() {
+                ids.extend(pinned);
             }
         }
         let field = self.registry.layout().namespace_field();

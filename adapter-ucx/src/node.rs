@@ -104,7 +104,7 @@ pub const EARLY_BYTES_MAX: usize = 64 * 1024;
 pub const UNATTACHED_FRAMES_MAX: usize = 256;
 // The connection deadlines are the core engine's (the mock node runs the same code).
 pub use tagspace_core::engine::{
-    Liveness, ACK_TIMEOUT_MS, HANDSHAKE_TIMEOUT_MS, LIVENESS_TICK_MAX_MS,
+    Liveness, ACK_TIMEOUT_MS, CLOSED_PIN_LINGER_MS, HANDSHAKE_TIMEOUT_MS, LIVENESS_TICK_MAX_MS,
 };
 /// Withdrawal acknowledgement tags taken per `progress` call at most (R7).
 pub const ACKS_PER_CALL: u32 = 64;
@@ -533,6 +533,9 @@ pub struct Node {
     /// Ids this node's sessions are done with (confirmed withdrawals, ended connections): each
     /// is drained of what arrived for it if it is quarantined, then unpinned (R7).
     unpin_pending: Vec<u16>,
+    /// R7: the pins of ended connections, with the time each ended; moved to `unpin_pending`
+    /// once [`engine::CLOSED_PIN_LINGER_MS`] has passed.
+    pins_lingering: VecDeque<(u64, Vec<u16>)>,
     /// `Some` on a worker a host owns ([`Node::adopt`]).
     host: Option<HostInfo>,
     /// Host mode: one exact receive per awaited withdrawal-ack tag (no wildcard over the
@@ -682,6 +685,7 @@ impl Node {
             buf: vec![0; MAX_FRAME_LEN],
             ack_recv: None,
             unpin_pending: Vec::new(),
+            pins_lingering: VecDeque::new(),
             host,
             ack_exact: HashMap::new(),
             attached: std::collections::HashSet::new(),
@@ -1370,6 +1374,8 @@ impl Node {
     fn forget_closed(&mut self) {
         let mut went = Vec::new();
         let unpin = &mut self.unpin_pending;
+        let lingering = &mut self.pins_lingering;
+        let now = self.clock.now_ms();
         self.conns.retain_mut(|c| {
             let keep = c.ep.is_some() || c.state == ConnState::Open;
             if let (false, ConnState::Down(cause), Some(p)) = (keep, c.state, c.peer()) {
@@ -1380,7 +1386,11 @@ impl Node {
                 while let Some(id) = c.session.take_confirmed() {
                     unpin.push(id);
                 }
-                unpin.extend(c.session.finish());
+                // Not at once: what the peer sent before it saw the end may still arrive.
+                let pinned = c.session.finish();
+                if !pinned.is_empty() {
+                    lingering.push_back((now, pinned.to_vec()));
+                }
             }
             keep
         });
@@ -2393,6 +2403,15 @@ impl Node {
     /// what arrived for it (all strays now: nobody owns the id) and unpins it — within the
     /// stray budget; what is left waits for the next call.
     fn release_confirmed(&mut self) -> bool {
+        let now = self.clock.now_ms();
+        while let Some((ended, _)) = self.pins_lingering.front() {
+            if !engine::closed_pins_due(*ended, now) {
+                break;
+            }
+            if let Some((_, ids)) = self.pins_lingering.pop_front() {
+                self.unpin_pending.extend(ids);
+            }
+        }
         let before = self.unpin_pending.len();
         for c in &mut self.conns {
             while let Some(id) = c.session.take_confirmed() {
@@ -2609,6 +2628,9 @@ impl Drop for Node {
                 self.unpin_pending.push(id);
             }
             self.unpin_pending.extend(c.session.finish());
+        }
+        for (_, ids) in self.pins_lingering.drain(..) {
+            self.unpin_pending.extend(ids);
         }
         for id in self.unpin_pending.drain(..) {
             self.registry.unpin(id);

@@ -153,6 +153,21 @@ pub const HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
 /// How long (ms) a peer may leave this node's withdrawals unacknowledged, with none of them
 /// arriving meanwhile, before its connection is closed (R7: it would keep ids quarantined).
 pub const ACK_TIMEOUT_MS: u64 = 30_000;
+/// R7: how long (ms) the ids a connection had pinned stay quarantined after the connection
+/// ended (closed by either side, superseded, or failed). Until the peer has seen the end it may
+/// still send to them, and a transport can deliver what it sent before — over shared memory even
+/// after the peer died; meanwhile such a message lands in a quarantined id and is drained as a
+/// stray instead of reaching a name that took the id next. (Found by the `network` fuzz target
+/// as a route to an id the closing side had already freed.) Confirmed withdrawals are not
+/// delayed: the peer's acknowledgement came after everything it sent to the id.
+pub const CLOSED_PIN_LINGER_MS: u64 = 2_000;
+
+/// Whether the pins of a connection that ended at `ended_ms` may be given back at `now_ms`
+/// (see [`CLOSED_PIN_LINGER_MS`]).
+pub const fn closed_pins_due(ended_ms: u64, now_ms: u64) -> bool {
+    now_ms >= ended_ms.saturating_add(CLOSED_PIN_LINGER_MS)
+}
+
 /// The most one gap between an adapter's `progress` calls adds to the heartbeat's clock
 /// ([`LiveClock`]): a peer's PONG can only be handled while the adapter progresses, so time it
 /// spends away (computing, stopped, descheduled) is not held against the peer.
