@@ -138,6 +138,7 @@ macro_rules! conformance_suite {
             malformed_control_bytes_close_only_that_peer,
             claimed_identity_is_not_a_peer,
             released_id_is_quarantined_until_peers_confirm,
+            released_names_messages_in_flight_never_reach_the_next_owner,
             a_peer_that_stops_progressing_is_cut_off,
             stray_messages_counted_and_drained,
             peer_failure_mid_stream,

@@ -413,6 +413,66 @@ pub fn released_id_is_quarantined_until_peers_confirm<C: Cluster + ?Sized>(c: &m
     );
 }
 
+/// R7 with traffic: b streams to a's name while a releases it, and the id comes round to the
+/// next name (every other id is taken), over several release/register cycles. Nothing sent to
+/// a released name ever completes a receive of the name that took its id; its messages are
+/// counted as strays.
+pub fn released_names_messages_in_flight_never_reach_the_next_owner<C: Cluster + ?Sized>(
+    c: &mut C,
+) {
+    const CYCLES: u64 = 3;
+    const N: u64 = 20;
+    let p = mesh(c, 2);
+    let (a, b) = (p[0], p[1]);
+    let mut cur = c.register(a, "name-0").unwrap();
+    let id = c.namespace_id(a, cur);
+    // Every other free id taken: the released id is the one handed out next.
+    let mut fillers = 0;
+    while c.register(a, &format!("filler-{fillers}")).is_ok() {
+        fillers += 1;
+    }
+    assert!(fillers > 0);
+    c.settle();
+    let mut stale_receives = Vec::new();
+    for k in 0..CYCLES {
+        let (name, next) = (format!("name-{k}"), format!("name-{}", k + 1));
+        let lb = c.register(b, &name).unwrap();
+        c.settle(); // b now routes `name` to a's id
+        let sends: Vec<_> = (0..N)
+            .map(|i| {
+                let payload = k * 100 + i;
+                c.send(b, lb, a, payload, format!("{name}:{i}").as_bytes(), T)
+            })
+            .collect();
+        let strays = c.stray(a);
+        c.release(a, cur); // b's messages in flight
+        let err = c.register(a, &next).unwrap_err();
+        assert!(err.contains("quarantined"), "cycle {k}: {err}");
+        for op in sends {
+            ok(c, b, op);
+        }
+        c.settle();
+        assert_eq!(
+            c.stray(a),
+            strays + N,
+            "cycle {k}: the released name's messages are strays"
+        );
+        cur = c.register(a, &next).unwrap();
+        assert_eq!(c.namespace_id(a, cur), id, "cycle {k}: the only free id");
+        // Receives of the new name for exactly the old name's payloads: none may complete.
+        stale_receives.extend((0..N).map(|i| (k, c.recv(a, cur, k * 100 + i))));
+        c.settle();
+        for &(cycle, r) in &stale_receives {
+            assert_eq!(
+                c.take(a, r),
+                None,
+                "a message sent to name-{cycle} completed a receive of {next}"
+            );
+        }
+        c.release(b, lb);
+    }
+}
+
 /// D2: messages for an id nobody registered are counted and drained, not left queued.
 pub fn stray_messages_counted_and_drained<C: Cluster + ?Sized>(c: &mut C) {
     let p = mesh(c, 2);
