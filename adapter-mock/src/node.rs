@@ -236,12 +236,22 @@ impl Node {
         Ok(LibId(self.libs.len() - 1))
     }
 
-    /// Releases a library: its id is withdrawn from every peer at the next `progress`.
+    /// Releases a library: its id is withdrawn from every peer at the next `progress`, and its
+    /// posted receives are cancelled (they finish with `NoSuchLibrary`).
     pub fn release(&mut self, fab: &mut Fabric, lib: LibId) {
         if let Some(l) = self.libs.get_mut(lib.0).and_then(Option::take) {
             for &local in l.am.keys() {
                 if let Ok(id) = l.ns.am_id(local) {
                     fab.am_clear_handler(self.worker, id);
+                }
+            }
+            // Its receives go with it (R7), as on the UCX node: one left posted would match a
+            // message meant for the next name to take the id.
+            for op in self.ops.values_mut() {
+                if let Op::Receiving { lib: of, recv } = *op {
+                    if of == lib && fab.recv_cancel(self.worker, recv) {
+                        *op = Op::Done(Err(NodeError::NoSuchLibrary));
+                    }
                 }
             }
         }

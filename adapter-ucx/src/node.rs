@@ -757,12 +757,25 @@ impl Node {
     }
 
     /// Releases a library: its id is withdrawn from every peer at the next `progress`, its AM
-    /// handlers are removed, and its waiting operations fail.
+    /// handlers are removed, its waiting operations fail, and its posted receives are
+    /// cancelled (they finish with `UCS_ERR_CANCELED`): left posted, one would take a message
+    /// meant for the next name to get the id.
     pub fn release(&mut self, lib: LibId) {
         if let Some(l) = self.libs.get_mut(lib.0).and_then(Option::take) {
             for &local in l.am.keys() {
                 if let Ok(id) = l.ns.am_id(local) {
                     let _ = self.worker.clear_am_handler(id);
+                }
+            }
+            // Its receives go with it (R7): one left posted would match a message meant for
+            // the next name to take the id, UCX matching the oldest posted receive first. They
+            // finish with UCS_ERR_CANCELED (one already matched to a rendezvous still completes
+            // with its data, which was sent to this name).
+            for op in self.ops.values() {
+                if let Op::Receiving { lib: of, req, .. } = op {
+                    if *of == lib {
+                        req.cancel();
+                    }
                 }
             }
             tracing::debug!(name = %l.ns.name(), id = l.ns.id(), "namespace released");

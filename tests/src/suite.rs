@@ -416,12 +416,14 @@ pub fn released_id_is_quarantined_until_peers_confirm<C: Cluster + ?Sized>(c: &m
 /// R7 with traffic: b streams to a's name while a releases it, and the id comes round to the
 /// next name (every other id is taken), over several release/register cycles. Nothing sent to
 /// a released name ever completes a receive of the name that took its id; its messages are
-/// counted as strays.
+/// counted as strays. And a receive the released library left posted takes nothing meant for
+/// the next name (release cancels it).
 pub fn released_names_messages_in_flight_never_reach_the_next_owner<C: Cluster + ?Sized>(
     c: &mut C,
 ) {
     const CYCLES: u64 = 3;
     const N: u64 = 20;
+    const FIRST: u64 = 1_000_000; // + cycle: the payload of the next name's first message
     let p = mesh(c, 2);
     let (a, b) = (p[0], p[1]);
     let mut cur = c.register(a, "name-0").unwrap();
@@ -432,18 +434,19 @@ pub fn released_names_messages_in_flight_never_reach_the_next_owner<C: Cluster +
         fillers += 1;
     }
     assert!(fillers > 0);
-    c.settle();
+    let mut lb = c.register(b, "name-0").unwrap();
+    c.settle(); // b routes name-0 to a's id
     let mut stale_receives = Vec::new();
     for k in 0..CYCLES {
         let (name, next) = (format!("name-{k}"), format!("name-{}", k + 1));
-        let lb = c.register(b, &name).unwrap();
-        c.settle(); // b now routes `name` to a's id
         let sends: Vec<_> = (0..N)
             .map(|i| {
                 let payload = k * 100 + i;
                 c.send(b, lb, a, payload, format!("{name}:{i}").as_bytes(), T)
             })
             .collect();
+        // A receive the library leaves posted when it goes.
+        let orphan = c.recv(a, cur, FIRST + k);
         let strays = c.stray(a);
         c.release(a, cur); // b's messages in flight
         let err = c.register(a, &next).unwrap_err();
@@ -461,15 +464,28 @@ pub fn released_names_messages_in_flight_never_reach_the_next_owner<C: Cluster +
         assert_eq!(c.namespace_id(a, cur), id, "cycle {k}: the only free id");
         // Receives of the new name for exactly the old name's payloads: none may complete.
         stale_receives.extend((0..N).map(|i| (k, c.recv(a, cur, k * 100 + i))));
-        c.settle();
+        c.release(b, lb);
+        lb = c.register(b, &next).unwrap();
+        c.settle(); // b routes the new name to the same id
+                    // The new name's first message carries the payload the released library waited on.
+        let r = c.recv(a, cur, FIRST + k);
+        let s = c.send(b, lb, a, FIRST + k, format!("{next}:first").as_bytes(), T);
+        ok(c, b, s);
+        assert_eq!(
+            ok(c, a, r).as_deref(),
+            Some(format!("{next}:first").as_bytes()),
+            "cycle {k}: the new name's message"
+        );
+        assert!(
+            !matches!(c.take(a, orphan), Some(Ok(_))),
+            "cycle {k}: a receive of the released {name} completed"
+        );
         for &(cycle, r) in &stale_receives {
-            assert_eq!(
-                c.take(a, r),
-                None,
+            assert!(
+                !matches!(c.take(a, r), Some(Ok(_))),
                 "a message sent to name-{cycle} completed a receive of {next}"
             );
         }
-        c.release(b, lb);
     }
 }
 
