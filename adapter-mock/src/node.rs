@@ -123,9 +123,9 @@ pub struct Node {
     host: bool,
     /// Host mode: released ids whose pins wait until nothing is queued in them.
     held: Vec<u16>,
-    /// R7: the pins of ended connections and when each ended, given back after
-    /// [`engine::CLOSED_PIN_LINGER_MS`] (as on the UCX node).
-    pins_lingering: VecDeque<(u64, Vec<u16>)>,
+    /// R7: the pins of ended connections, given back after [`engine::CLOSED_PIN_LINGER_MS`]
+    /// (as on the UCX node).
+    closed_pins: Box<engine::ClosedPins<CAP>>,
 }
 
 impl Node {
@@ -179,7 +179,7 @@ impl Node {
             deadline_closes: 0,
             host: false,
             held: Vec::new(),
-            pins_lingering: VecDeque::new(),
+            closed_pins: Box::default(),
         }
     }
 
@@ -775,20 +775,10 @@ impl Node {
             if matches!(c.state, ConnState::Down(_) | ConnState::Superseded) && !c.finished {
                 c.finished = true;
                 // Not at once: what the peer sent before it saw the end may still arrive.
-                let pinned = c.session.finish();
-                if !pinned.is_empty() {
-                    self.pins_lingering.push_back((now, pinned.to_vec()));
-                }
+                self.closed_pins.hold(&c.session.finish(), now);
             }
         }
-        while let Some((ended, _)) = self.pins_lingering.front() {
-            if !engine::closed_pins_due(*ended, now) {
-                break;
-            }
-            if let Some((_, pinned)) = self.pins_lingering.pop_front() {
-                ids.extend(pinned);
-            }
-        }
+        self.closed_pins.take_due(now, |id| ids.push(id));
         let field = self.registry.layout().namespace_field();
         if self.host {
             // A host's message queued in the id keeps it held (never taken: it is the host's).

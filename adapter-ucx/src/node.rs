@@ -533,9 +533,9 @@ pub struct Node {
     /// Ids this node's sessions are done with (confirmed withdrawals, ended connections): each
     /// is drained of what arrived for it if it is quarantined, then unpinned (R7).
     unpin_pending: Vec<u16>,
-    /// R7: the pins of ended connections, with the time each ended; moved to `unpin_pending`
-    /// once [`engine::CLOSED_PIN_LINGER_MS`] has passed.
-    pins_lingering: VecDeque<(u64, Vec<u16>)>,
+    /// R7: the pins of ended connections, moved to `unpin_pending` once
+    /// [`engine::CLOSED_PIN_LINGER_MS`] has passed.
+    closed_pins: Box<engine::ClosedPins<CAP>>,
     /// `Some` on a worker a host owns ([`Node::adopt`]).
     host: Option<HostInfo>,
     /// Host mode: one exact receive per awaited withdrawal-ack tag (no wildcard over the
@@ -685,7 +685,7 @@ impl Node {
             buf: vec![0; MAX_FRAME_LEN],
             ack_recv: None,
             unpin_pending: Vec::new(),
-            pins_lingering: VecDeque::new(),
+            closed_pins: Box::default(),
             host,
             ack_exact: HashMap::new(),
             attached: std::collections::HashSet::new(),
@@ -1387,7 +1387,7 @@ impl Node {
     fn forget_closed(&mut self) {
         let mut went = Vec::new();
         let unpin = &mut self.unpin_pending;
-        let lingering = &mut self.pins_lingering;
+        let closed_pins = &mut self.closed_pins;
         let now = self.clock.now_ms();
         self.conns.retain_mut(|c| {
             let keep = c.ep.is_some() || c.state == ConnState::Open;
@@ -1400,10 +1400,7 @@ impl Node {
                     unpin.push(id);
                 }
                 // Not at once: what the peer sent before it saw the end may still arrive.
-                let pinned = c.session.finish();
-                if !pinned.is_empty() {
-                    lingering.push_back((now, pinned.to_vec()));
-                }
+                closed_pins.hold(&c.session.finish(), now);
             }
             keep
         });
@@ -2416,15 +2413,9 @@ impl Node {
     /// what arrived for it (all strays now: nobody owns the id) and unpins it — within the
     /// stray budget; what is left waits for the next call.
     fn release_confirmed(&mut self) -> bool {
-        let now = self.clock.now_ms();
-        while let Some((ended, _)) = self.pins_lingering.front() {
-            if !engine::closed_pins_due(*ended, now) {
-                break;
-            }
-            if let Some((_, ids)) = self.pins_lingering.pop_front() {
-                self.unpin_pending.extend(ids);
-            }
-        }
+        let unpin = &mut self.unpin_pending;
+        self.closed_pins
+            .take_due(self.clock.now_ms(), |id| unpin.push(id));
         let before = self.unpin_pending.len();
         for c in &mut self.conns {
             while let Some(id) = c.session.take_confirmed() {
@@ -2642,9 +2633,8 @@ impl Drop for Node {
             }
             self.unpin_pending.extend(c.session.finish());
         }
-        for (_, ids) in self.pins_lingering.drain(..) {
-            self.unpin_pending.extend(ids);
-        }
+        let unpin = &mut self.unpin_pending;
+        self.closed_pins.take_all(|id| unpin.push(id));
         for id in self.unpin_pending.drain(..) {
             self.registry.unpin(id);
         }

@@ -162,10 +162,63 @@ pub const ACK_TIMEOUT_MS: u64 = 30_000;
 /// delayed: the peer's acknowledgement came after everything it sent to the id.
 pub const CLOSED_PIN_LINGER_MS: u64 = 2_000;
 
-/// Whether the pins of a connection that ended at `ended_ms` may be given back at `now_ms`
-/// (see [`CLOSED_PIN_LINGER_MS`]).
-pub const fn closed_pins_due(ended_ms: u64, now_ms: u64) -> bool {
-    now_ms >= ended_ms.saturating_add(CLOSED_PIN_LINGER_MS)
+/// The pins of ended connections, held for [`CLOSED_PIN_LINGER_MS`] (R7). Per id: how many
+/// pins wait and until when (an id pinned by several ended connections waits for the last of
+/// them). No allocation: one slot per registry id.
+pub struct ClosedPins<const CAP: usize> {
+    until: [u64; CAP],
+    count: [u32; CAP],
+    held: u32,
+}
+
+impl<const CAP: usize> Default for ClosedPins<CAP> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const CAP: usize> ClosedPins<CAP> {
+    /// Nothing held.
+    pub const fn new() -> Self {
+        ClosedPins {
+            until: [0; CAP],
+            count: [0; CAP],
+            held: 0,
+        }
+    }
+
+    /// Holds the pins a connection that ended at `now_ms` gave back (`Session::finish`).
+    pub fn hold(&mut self, ids: &[u16], now_ms: u64) {
+        let until = now_ms.saturating_add(CLOSED_PIN_LINGER_MS);
+        for &id in ids {
+            if let Some(c) = self.count.get_mut(id as usize) {
+                *c += 1;
+                self.until[id as usize] = until;
+                self.held += 1;
+            }
+        }
+    }
+
+    /// Hands `unpin` each pin whose linger has passed at `now_ms` (once per pin held).
+    pub fn take_due(&mut self, now_ms: u64, mut unpin: impl FnMut(u16)) {
+        if self.held == 0 {
+            return;
+        }
+        for id in 0..CAP {
+            if self.count[id] > 0 && now_ms >= self.until[id] {
+                for _ in 0..self.count[id] {
+                    unpin(id as u16);
+                }
+                self.held -= self.count[id];
+                self.count[id] = 0;
+            }
+        }
+    }
+
+    /// Hands `unpin` every pin held (the node is going away: nothing more can arrive).
+    pub fn take_all(&mut self, unpin: impl FnMut(u16)) {
+        self.take_due(u64::MAX, unpin);
+    }
 }
 
 /// The most one gap between an adapter's `progress` calls adds to the heartbeat's clock
@@ -642,5 +695,27 @@ mod tests {
         ] {
             assert_eq!(after_peer_close(r), AfterClose::Close);
         }
+    }
+
+    #[test]
+    fn closed_pins_wait_for_the_linger_and_the_last_connection() {
+        let mut p: ClosedPins<8> = ClosedPins::new();
+        let mut out = [0u32; 8];
+        p.hold(&[3, 5], 100);
+        p.hold(&[3], 1_000);
+        p.hold(&[99], 100); // outside the registry: ignored
+        p.take_due(100 + CLOSED_PIN_LINGER_MS - 1, |id| out[id as usize] += 1);
+        assert_eq!(out, [0; 8]);
+        p.take_due(100 + CLOSED_PIN_LINGER_MS, |id| out[id as usize] += 1);
+        assert_eq!(
+            (out[3], out[5]),
+            (0, 1),
+            "id 3 waits for its later connection"
+        );
+        p.take_due(1_000 + CLOSED_PIN_LINGER_MS, |id| out[id as usize] += 1);
+        assert_eq!((out[3], out[5]), (2, 1), "one unpin per pin");
+        p.hold(&[1], 0);
+        p.take_all(|id| out[id as usize] += 1);
+        assert_eq!(out[1], 1);
     }
 }
