@@ -13,11 +13,10 @@
 //! * an endpoint error fails the operations on that endpoint only (D3).
 
 use crate::fabric::{EpId, Fabric, FabricError, ProcessId, RecvId, SendId, WorkerEvent, WorkerId};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use tagspace_core::engine::{
-    self, after_peer_close, AfterClose, Check, Deadlines, Link, LiveClock, Liveness,
+    self, after_peer_close, AfterClose, AmDelivery, Check, Deadlines, Link, LiveClock, Liveness,
 };
-use tagspace_core::namespace::am_namespace;
 use tagspace_core::session::{Event, Session, SessionError};
 use tagspace_core::wellknown::CONTROL_ID;
 use tagspace_core::wire::{CloseReason, Role, MAX_FRAME_LEN};
@@ -69,12 +68,6 @@ impl Link<CAP> for Conn {
     }
 }
 
-struct Lib {
-    ns: Namespace<'static, CAP>,
-    counters: Counters,
-    am: HashMap<u16, VecDeque<Vec<u8>>>,
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Target {
     Data(u64),
@@ -107,7 +100,7 @@ pub struct Node {
     worker: WorkerId,
     control_am: u16,
     conns: Vec<Conn>,
-    libs: Vec<Option<Lib>>,
+    libs: engine::Libraries<'static, CAP, FabricError>,
     ops: HashMap<OpId, Op>,
     next_op: u64,
     stray: u64,
@@ -166,7 +159,7 @@ impl Node {
             worker,
             control_am,
             conns: Vec::new(),
-            libs: Vec::new(),
+            libs: engine::Libraries::new(),
             ops: HashMap::new(),
             next_op: 0,
             stray: 0,
@@ -227,23 +220,15 @@ impl Node {
 
     /// Registers a library.
     pub fn register(&mut self, name: &str) -> Result<LibId, NodeError> {
-        let ns = self.registry.register(name)?;
-        self.libs.push(Some(Lib {
-            ns,
-            counters: Counters::default(),
-            am: HashMap::new(),
-        }));
-        Ok(LibId(self.libs.len() - 1))
+        self.libs.register(self.registry, name)
     }
 
     /// Releases a library: its id is withdrawn from every peer at the next `progress`, and its
     /// posted receives are cancelled (they finish with `NoSuchLibrary`).
     pub fn release(&mut self, fab: &mut Fabric, lib: LibId) {
-        if let Some(l) = self.libs.get_mut(lib.0).and_then(Option::take) {
-            for &local in l.am.keys() {
-                if let Ok(id) = l.ns.am_id(local) {
-                    fab.am_clear_handler(self.worker, id);
-                }
+        if let Some(l) = self.libs.remove(lib) {
+            for id in l.am_ids() {
+                fab.am_clear_handler(self.worker, id);
             }
             // Its receives go with it (R7), as on the UCX node: one left posted would match a
             // message meant for the next name to take the id.
@@ -257,25 +242,14 @@ impl Node {
         }
     }
 
-    fn lib(&mut self, lib: LibId) -> Result<&mut Lib, NodeError> {
-        self.libs
-            .get_mut(lib.0)
-            .and_then(Option::as_mut)
-            .ok_or(NodeError::NoSuchLibrary)
-    }
-
     /// The namespace of a library.
     pub fn namespace(&self, lib: LibId) -> Option<&Namespace<'static, CAP>> {
-        self.libs.get(lib.0)?.as_ref().map(|l| &l.ns)
+        self.libs.ns(lib).ok()
     }
 
     /// Counters of a library.
     pub fn counters(&self, lib: LibId) -> Counters {
-        self.libs
-            .get(lib.0)
-            .and_then(Option::as_ref)
-            .map(|l| l.counters)
-            .unwrap_or_default()
+        self.libs.counters(lib)
     }
 
     /// Messages for unregistered ids drained so far (D2).
@@ -351,13 +325,9 @@ impl Node {
         payload: u64,
     ) -> Result<Option<(EpId, u64)>, NodeError> {
         let conn = self.conn_to(peer)?;
-        let l = self
-            .libs
-            .get(lib.0)
-            .and_then(Option::as_ref)
-            .ok_or(NodeError::NoSuchLibrary)?;
-        match conn.session.route(&l.ns) {
-            Some(route) => Ok(Some((conn.ep, l.ns.remote_tag(route, payload)?.raw()))),
+        let ns = self.libs.ns(lib)?;
+        match conn.session.route(ns) {
+            Some(route) => Ok(Some((conn.ep, ns.remote_tag(route, payload)?.raw()))),
             None => Ok(None),
         }
     }
@@ -459,7 +429,7 @@ impl Node {
         lib: LibId,
         payload: u64,
     ) -> Result<RecvId, NodeError> {
-        let m = self.lib(lib)?.ns.matcher_exact(payload)?;
+        let m = self.libs.ns(lib)?.matcher_exact(payload)?;
         Ok(fab.tag_recv(self.worker, m.tag(), m.mask())?)
     }
 
@@ -469,29 +439,24 @@ impl Node {
         fab: &mut Fabric,
         lib: LibId,
     ) -> Result<Option<Vec<u8>>, NodeError> {
-        let worker = self.worker;
-        let l = self.lib(lib)?;
-        let m = l.ns.inbox_matcher();
-        let got = fab.tag_probe(worker, m.tag(), m.mask(), true)?;
+        let m = self.libs.ns(lib)?.inbox_matcher();
+        let got = fab.tag_probe(self.worker, m.tag(), m.mask(), true)?;
         if got.is_some() {
-            l.counters.received += 1;
+            self.libs.count(lib, true, false);
         }
         Ok(got.map(|r| r.data))
     }
 
     /// Listens on `lib`'s local AM id `local`.
     pub fn am_listen(&mut self, fab: &mut Fabric, lib: LibId, local: u16) -> Result<(), NodeError> {
-        let worker = self.worker;
-        let l = self.lib(lib)?;
-        let id = l.ns.am_id(local)?;
-        fab.am_set_handler(worker, id)?;
-        l.am.entry(local).or_default();
+        let id = self.libs.am_listen(lib, local)?;
+        fab.am_set_handler(self.worker, id)?;
         Ok(())
     }
 
     /// The next Active Message for `lib` on `local`.
     pub fn am_take(&mut self, lib: LibId, local: u16) -> Option<Vec<u8>> {
-        self.lib(lib).ok()?.am.get_mut(&local)?.pop_front()
+        self.libs.am_take(lib, local)
     }
 
     /// The result of an operation once it has finished (`Ok(Some(data))` for receives); taking
@@ -508,13 +473,7 @@ impl Node {
     }
 
     fn finish(&mut self, lib: LibId, r: Result<Option<Vec<u8>>, NodeError>, sent: bool) -> Op {
-        if let Some(Some(l)) = self.libs.get_mut(lib.0) {
-            match (&r, sent) {
-                (Err(_), _) => l.counters.failed += 1,
-                (Ok(_), true) => l.counters.sent += 1,
-                (Ok(_), false) => l.counters.received += 1,
-            }
-        }
+        self.libs.count(lib, r.is_ok(), sent);
         Op::Done(r)
     }
 
@@ -589,23 +548,19 @@ impl Node {
             }
         };
         let ep = conn.ep;
-        let l = self
-            .libs
-            .get(lib.0)
-            .and_then(Option::as_ref)
-            .ok_or(NodeError::NoSuchLibrary)?;
-        let Some(route) = conn.session.route(&l.ns) else {
+        let ns = self.libs.ns(lib)?;
+        let Some(route) = conn.session.route(ns) else {
             return Ok(Sent::NoRoute);
         };
         Ok(match target {
             Target::Data(p) => {
-                Sent::InFlight(fab.tag_send(ep, l.ns.remote_tag(route, p)?.raw(), data)?)
+                Sent::InFlight(fab.tag_send(ep, ns.remote_tag(route, p)?.raw(), data)?)
             }
             Target::Inbox => {
-                Sent::InFlight(fab.tag_send(ep, l.ns.remote_inbox(route)?.raw(), data)?)
+                Sent::InFlight(fab.tag_send(ep, ns.remote_inbox(route)?.raw(), data)?)
             }
             Target::Am(local) => {
-                fab.am_send(ep, l.ns.remote_am_id(route, local)?, data)?;
+                fab.am_send(ep, ns.remote_am_id(route, local)?, data)?;
                 Sent::Complete // AMs are eager here
             }
         })
@@ -636,14 +591,8 @@ impl Node {
                 continue;
             }
             let layout = self.registry.layout();
-            let ns_id = am_namespace(layout, am.id);
-            let local = am.id & (layout.am_ids_per_namespace() - 1) as u16;
-            match self.libs.iter_mut().flatten().find(|l| l.ns.id() == ns_id) {
-                Some(l) => {
-                    l.counters.received += 1;
-                    l.am.entry(local).or_default().push_back(am.data);
-                }
-                None => self.stray += 1,
+            if let AmDelivery::Stray { .. } = self.libs.deliver_am(layout, am.id, am.data) {
+                self.stray += 1;
             }
         }
         self.take_ack_tags(fab);

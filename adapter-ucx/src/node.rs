@@ -42,7 +42,7 @@ use tagspace_core::engine::{
     self, after_peer_close, AfterClose, Check, Deadlines, Expiry, Link, LiveClock,
 };
 use tagspace_core::identity::Identity;
-use tagspace_core::namespace::{am_namespace, Route};
+use tagspace_core::namespace::Route;
 use tagspace_core::session::{Event, Phase, Session, SessionError};
 use tagspace_core::wellknown::CONTROL_ID;
 use tagspace_core::wire::{self, CloseReason, Role, MAX_FRAME_LEN};
@@ -295,13 +295,6 @@ struct Closing {
     waits: Vec<Request>,
 }
 
-struct Lib {
-    ns: Namespace<'static, CAP>,
-    counters: Counters,
-    am: HashMap<u16, VecDeque<Vec<u8>>>,
-    peer_events: Option<VecDeque<PeerEvent>>,
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Target {
     Data(u64),
@@ -501,7 +494,7 @@ pub struct Node {
     /// connection's state changes and verified on use (a stale or missing entry falls back to
     /// the scan), so that a send does not scan every connection.
     serving: HashMap<u64, usize, TokenHash>,
-    libs: Vec<Option<Lib>>,
+    libs: engine::Libraries<'static, CAP, UcxError>,
     /// Peers whose every connection is gone and forgotten (closed connections are removed from
     /// `conns`, D5): how each went (a failure wins over an orderly close), oldest first in
     /// `gone_order`, at most [`GONE_PEERS_MAX`].
@@ -665,7 +658,7 @@ impl Node {
             control_am,
             conns: Vec::new(),
             serving: HashMap::with_hasher(TokenHash::new()),
-            libs: Vec::new(),
+            libs: engine::Libraries::new(),
             gone: HashMap::new(),
             gone_order: VecDeque::new(),
             ops: HashMap::new(),
@@ -742,18 +735,12 @@ impl Node {
 
     /// Registers a library.
     pub fn register(&mut self, name: &str) -> Result<LibId, NodeError> {
-        let ns = self.registry.register(name)?;
-        tracing::debug!(name, id = ns.id(), "namespace registered");
-        self.libs.push(Some(Lib {
-            ns,
-            counters: Counters::default(),
-            am: HashMap::new(),
-            peer_events: None,
-        }));
+        let lib = self.libs.register(self.registry, name)?;
+        tracing::debug!(name, id = self.libs.ns(lib)?.id(), "namespace registered");
         for i in 0..self.conns.len() {
             self.refresh_routes(i);
         }
-        Ok(LibId(self.libs.len() - 1))
+        Ok(lib)
     }
 
     /// Releases a library: its id is withdrawn from every peer at the next `progress`, its AM
@@ -761,11 +748,9 @@ impl Node {
     /// cancelled (they finish with `UCS_ERR_CANCELED`): left posted, one would take a message
     /// meant for the next name to get the id.
     pub fn release(&mut self, lib: LibId) {
-        if let Some(l) = self.libs.get_mut(lib.0).and_then(Option::take) {
-            for &local in l.am.keys() {
-                if let Ok(id) = l.ns.am_id(local) {
-                    let _ = self.worker.clear_am_handler(id);
-                }
+        if let Some(l) = self.libs.remove(lib) {
+            for id in l.am_ids() {
+                let _ = self.worker.clear_am_handler(id);
             }
             // Its receives go with it (R7): one left posted would match a message meant for
             // the next name to take the id, UCX matching the oldest posted receive first. They
@@ -778,29 +763,18 @@ impl Node {
                     }
                 }
             }
-            tracing::debug!(name = %l.ns.name(), id = l.ns.id(), "namespace released");
+            tracing::debug!(name = %l.ns().name(), id = l.ns().id(), "namespace released");
         }
-    }
-
-    fn lib(&mut self, lib: LibId) -> Result<&mut Lib, NodeError> {
-        self.libs
-            .get_mut(lib.0)
-            .and_then(Option::as_mut)
-            .ok_or(NodeError::NoSuchLibrary)
     }
 
     /// The namespace of a library.
     pub fn namespace(&self, lib: LibId) -> Option<&Namespace<'static, CAP>> {
-        self.libs.get(lib.0)?.as_ref().map(|l| &l.ns)
+        self.libs.ns(lib).ok()
     }
 
     /// Counters of a library.
     pub fn counters(&self, lib: LibId) -> Counters {
-        self.libs
-            .get(lib.0)
-            .and_then(Option::as_ref)
-            .map(|l| l.counters)
-            .unwrap_or_default()
+        self.libs.counters(lib)
     }
 
     /// Node-wide counters.
@@ -822,24 +796,13 @@ impl Node {
     /// `lib` starts hearing of peers coming up and going down (a namespaced listener): every
     /// peer already up is reported at once.
     pub fn listen(&mut self, lib: LibId) -> Result<(), NodeError> {
-        let up: Vec<u64> = self.peers();
-        let l = self.lib(lib)?;
-        let q = l.peer_events.get_or_insert_with(VecDeque::new);
-        q.extend(up.into_iter().map(|peer| PeerEvent::Up { peer }));
-        Ok(())
+        let up = self.peers();
+        self.libs.listen_peers(lib, up)
     }
 
     /// The next peer event for a listening library.
     pub fn peer_event(&mut self, lib: LibId) -> Option<PeerEvent> {
-        self.lib(lib).ok()?.peer_events.as_mut()?.pop_front()
-    }
-
-    fn tell_libs(&mut self, ev: PeerEvent) {
-        for l in self.libs.iter_mut().flatten() {
-            if let Some(q) = &mut l.peer_events {
-                q.push_back(ev.clone());
-            }
-        }
+        self.libs.peer_event(lib)
     }
 
     /// Open, established connections to `peer`.
@@ -1131,16 +1094,12 @@ impl Node {
     ) -> Result<Option<(&Endpoint, u64)>, NodeError> {
         let i = self.conn_index(peer)?;
         let c = &self.conns[i];
-        let l = self
-            .libs
-            .get(lib.0)
-            .and_then(Option::as_ref)
-            .ok_or(NodeError::NoSuchLibrary)?;
-        let Some(route) = c.route(lib, &l.ns) else {
+        let ns = self.libs.ns(lib)?;
+        let Some(route) = c.route(lib, ns) else {
             return Ok(None);
         };
         let ep = c.ep.as_ref().ok_or(NodeError::NoConnection { peer })?;
-        Ok(Some((ep, tag(&l.ns, route)?.raw())))
+        Ok(Some((ep, tag(ns, route)?.raw())))
     }
 
     /// [`route_tag`](Self::route_tag) for the peer's inbox tag of `lib` ("a new transmission
@@ -1157,11 +1116,10 @@ impl Node {
     fn refresh_routes(&mut self, i: usize) {
         let c = &mut self.conns[i];
         c.routes.clear();
-        c.routes.extend(
-            self.libs
-                .iter()
-                .map(|l| l.as_ref().and_then(|l| c.session.route(&l.ns))),
-        );
+        c.routes.resize(self.libs.slots(), None);
+        for (lib, l) in self.libs.iter() {
+            c.routes[lib.0] = c.session.route(l.ns());
+        }
     }
 
     fn conn_index(&self, peer: u64) -> Result<usize, NodeError> {
@@ -1302,8 +1260,9 @@ impl Node {
         timeout: Option<std::time::Duration>,
     ) -> Result<usize, NodeError> {
         let r = self
-            .lib(lib)
-            .and_then(|l| Ok(l.ns.matcher_exact(payload)?))
+            .libs
+            .ns(lib)
+            .and_then(|ns| Ok(ns.matcher_exact(payload)?))
             .and_then(|m| {
                 let info = self.worker.tag_recv_into(m.tag(), m.mask(), buf, timeout)?;
                 Ok(info.len)
@@ -1313,13 +1272,7 @@ impl Node {
     }
 
     fn count(&mut self, lib: LibId, ok: bool, sent: bool) {
-        if let Some(Some(l)) = self.libs.get_mut(lib.0) {
-            match (ok, sent) {
-                (false, _) => l.counters.failed += 1,
-                (true, true) => l.counters.sent += 1,
-                (true, false) => l.counters.received += 1,
-            }
-        }
+        self.libs.count(lib, ok, sent);
     }
 
     /// Posts an exact receive for `payload` in `lib`'s namespace (full mask, D1) for a message
@@ -1431,7 +1384,7 @@ impl Node {
         payload: u64,
         max_len: usize,
     ) -> Result<Request, NodeError> {
-        let m = self.lib(lib)?.ns.matcher_exact(payload)?;
+        let m = self.libs.ns(lib)?.matcher_exact(payload)?;
         Ok(self
             .worker
             .tag_recv(m.tag(), m.mask(), Vec::with_capacity(max_len))?)
@@ -1440,7 +1393,7 @@ impl Node {
     /// Takes the next inbox message for `lib` if one waits (exact probe with remove, then a
     /// receive of at most `max_len` bytes): `Some(op)` completes with the data.
     pub fn probe_inbox(&mut self, lib: LibId, max_len: usize) -> Result<Option<OpId>, NodeError> {
-        let m = self.lib(lib)?.ns.inbox_matcher();
+        let m = self.libs.ns(lib)?.inbox_matcher();
         match self.worker.tag_probe_take(m.tag(), m.mask(), max_len)? {
             None => Ok(None),
             Some((_, req)) => Ok(Some(self.new_op(Op::Receiving {
@@ -1470,17 +1423,14 @@ impl Node {
 
     /// Listens on `lib`'s local AM id `local`.
     pub fn am_listen(&mut self, lib: LibId, local: u16) -> Result<(), NodeError> {
-        let worker = self.worker.clone();
-        let l = self.lib(lib)?;
-        let id = l.ns.am_id(local)?;
-        worker.set_am_handler(id)?;
-        l.am.entry(local).or_default();
+        let id = self.libs.am_listen(lib, local)?;
+        self.worker.set_am_handler(id)?;
         Ok(())
     }
 
     /// The next Active Message for `lib` on `local`.
     pub fn am_take(&mut self, lib: LibId, local: u16) -> Option<Vec<u8>> {
-        self.lib(lib).ok()?.am.get_mut(&local)?.pop_front()
+        self.libs.am_take(lib, local)
     }
 
     /// Cancels a receive still waiting for its message (it then finishes with
@@ -1597,20 +1547,16 @@ impl Node {
                 };
             }
         };
-        let l = self
-            .libs
-            .get(lib.0)
-            .and_then(Option::as_ref)
-            .ok_or(NodeError::NoSuchLibrary)?;
+        let ns = self.libs.ns(lib)?;
         let c = &self.conns[i];
-        let Some(route) = c.route(lib, &l.ns) else {
+        let Some(route) = c.route(lib, ns) else {
             return Ok(Sent::NoRoute(data));
         };
         let ep = c.ep.as_ref().ok_or(NodeError::NoConnection { peer })?;
         let started = match target {
-            Target::Data(p) => ep.tag_send(l.ns.remote_tag(route, p)?.raw(), data)?,
-            Target::Inbox => ep.tag_send(l.ns.remote_inbox(route)?.raw(), data)?,
-            Target::Am(local) => ep.am_send(l.ns.remote_am_id(route, local)?, data)?,
+            Target::Data(p) => ep.tag_send(ns.remote_tag(route, p)?.raw(), data)?,
+            Target::Inbox => ep.tag_send(ns.remote_inbox(route)?.raw(), data)?,
+            Target::Am(local) => ep.am_send(ns.remote_am_id(route, local)?, data)?,
         };
         Ok(match started {
             Started::Done(_) => Sent::Complete,
@@ -1816,7 +1762,7 @@ impl Node {
     /// `peer` has no connection left: tell the listening libraries, and end the receives that
     /// said they wait for it ([`Node::recv_from`]).
     fn peer_gone(&mut self, peer: u64, cause: Option<UcxError>, reason: Option<CloseReason>) {
-        self.tell_libs(PeerEvent::Down {
+        self.libs.tell(&PeerEvent::Down {
             peer,
             cause,
             reason,
@@ -1933,20 +1879,12 @@ impl Node {
             return;
         }
         let layout = self.registry.layout();
-        let ns_id = am_namespace(layout, am.id);
-        let local = am.id & (layout.am_ids_per_namespace() - 1) as u16;
-        match self.libs.iter_mut().flatten().find(|l| l.ns.id() == ns_id) {
-            Some(l) if l.am.contains_key(&local) => {
-                l.counters.received += 1;
-                l.am.entry(local).or_default().push_back(am.data);
+        if let engine::AmDelivery::Stray { ns_id } = self.libs.deliver_am(layout, am.id, am.data) {
+            self.stats.stray += 1;
+            if let Some(s) = self.stray_by_id.get_mut(ns_id as usize) {
+                *s += 1;
             }
-            _ => {
-                self.stats.stray += 1;
-                if let Some(s) = self.stray_by_id.get_mut(ns_id as usize) {
-                    *s += 1;
-                }
-                self.charge(am.reply_ep, Charge::Unwanted);
-            }
+            self.charge(am.reply_ep, Charge::Unwanted);
         }
     }
 
@@ -2038,7 +1976,7 @@ impl Node {
                 if self.conns[i].state == ConnState::Open {
                     self.conns[i].told_up = true;
                     if self.live_connections_to(peer_token) == 1 {
-                        self.tell_libs(PeerEvent::Up { peer: peer_token });
+                        self.libs.tell(&PeerEvent::Up { peer: peer_token });
                     }
                 }
             }

@@ -3,6 +3,9 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "alloc")]
+extern crate alloc;
+
 pub mod engine;
 pub mod error;
 pub mod identity;

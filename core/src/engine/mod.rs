@@ -30,6 +30,11 @@ use crate::session::{Phase, Session};
 use crate::wire::CloseReason;
 use core::fmt;
 
+#[cfg(feature = "alloc")]
+mod libraries;
+#[cfg(feature = "alloc")]
+pub use libraries::{AmDelivery, Libraries, Library};
+
 /// A library's handle inside one node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct LibId(pub usize);
