@@ -16,6 +16,7 @@ use crate::fabric::{EpId, Fabric, FabricError, ProcessId, RecvId, SendId, Worker
 use std::collections::HashMap;
 use tagspace_core::engine::{
     self, after_peer_close, AfterClose, AmDelivery, Check, Deadlines, Link, LiveClock, Liveness,
+    QueueOwner, StrayQueue,
 };
 use tagspace_core::session::{Event, Session, SessionError};
 use tagspace_core::wellknown::CONTROL_ID;
@@ -114,11 +115,9 @@ pub struct Node {
     deadline_closes: u64,
     /// Host mode ([`set_host_mode`](Node::set_host_mode)).
     host: bool,
-    /// Host mode: released ids whose pins wait until nothing is queued in them.
-    held: Vec<u16>,
-    /// R7: the pins of ended connections, given back after [`engine::CLOSED_PIN_LINGER_MS`]
-    /// (as on the UCX node).
-    closed_pins: Box<engine::ClosedPins<CAP>>,
+    /// R7: ids this node's sessions are done with, on their way back to the registry (the
+    /// core engine's, as on the UCX node).
+    unpins: engine::Unpins<CAP>,
 }
 
 impl Node {
@@ -171,8 +170,7 @@ impl Node {
             last_now_ms: fab.now_ms(),
             deadline_closes: 0,
             host: false,
-            held: Vec::new(),
-            closed_pins: Box::default(),
+            unpins: engine::Unpins::new(),
         }
     }
 
@@ -189,7 +187,7 @@ impl Node {
 
     /// Host mode: released ids kept quarantined because a message is still queued in them.
     pub fn quarantine_held(&self) -> usize {
-        self.held.len()
+        self.unpins.held(self.registry)
     }
 
     /// The heartbeat ([`Liveness`], on by default as on UCX); `None` turns it off.
@@ -713,48 +711,34 @@ impl Node {
     }
 
     /// R7: ids whose withdrawal a peer confirmed, and every pin of a connection that went
-    /// down, are drained of what arrived for them (if quarantined: all strays) and unpinned.
+    /// down (after the linger), go back to the registry — a quarantined one drained first
+    /// (host mode: held while anything waits in it). The core engine decides, as on UCX.
     fn release_pins(&mut self, fab: &mut Fabric) {
-        let mut ids = Vec::new();
         let now = fab.now_ms();
+        let confirmed = self.unpins.collect_confirmed(&mut self.conns);
         for c in &mut self.conns {
-            while let Some(id) = c.session.take_confirmed() {
-                ids.push(id);
-            }
             if matches!(c.state, ConnState::Down(_) | ConnState::Superseded) && !c.finished {
                 c.finished = true;
-                // Not at once: what the peer sent before it saw the end may still arrive.
-                self.closed_pins.hold(&c.session.finish(), now);
+                self.unpins.connection_ended(&mut c.session, now);
             }
         }
-        self.closed_pins.take_due(now, |id| ids.push(id));
-        let field = self.registry.layout().namespace_field();
-        if self.host {
-            // A host's message queued in the id keeps it held (never taken: it is the host's).
-            ids.append(&mut self.held);
-            for id in ids {
-                let tag = (id as u64) << field.shift();
-                let waiting = matches!(
-                    fab.tag_probe(self.worker, tag, field.mask(), false),
-                    Ok(Some(_))
-                );
-                if waiting && self.registry.is_quarantined(id) {
-                    self.held.push(id);
-                } else {
-                    self.registry.unpin(id);
-                }
+        let owner = if self.host {
+            QueueOwner::Host {
+                look_every_ms: DRAIN_INTERVAL_MS,
             }
-            return;
-        }
-        for id in ids {
-            if self.registry.is_quarantined(id) {
-                let tag = (id as u64) << field.shift();
-                while let Ok(Some(_)) = fab.tag_probe(self.worker, tag, field.mask(), true) {
-                    self.stray += 1;
-                }
-            }
-            self.registry.unpin(id);
-        }
+        } else {
+            QueueOwner::Node
+        };
+        let mut queue = FabricQueue::new(fab, self.worker, self.registry.layout());
+        let pass = self.unpins.run(
+            self.registry,
+            now,
+            owner,
+            engine::STRAY_PROBES_PER_CALL,
+            confirmed,
+            &mut queue,
+        );
+        self.stray += pass.strays;
     }
 
     /// The connection deadlines, decided by the core engine exactly as on the UCX node.
@@ -794,15 +778,13 @@ impl Node {
         if self.host {
             return; // host mode: nothing here is tagspace's to take
         }
-        let layout = *self.registry.layout();
-        let field = layout.namespace_field();
+        let mut queue = FabricQueue::new(fab, self.worker, self.registry.layout());
         // The control id (1) carries withdrawal acks: `take_ack_tags` takes those.
         for id in 2..self.registry.capacity() as u16 {
             if self.registry.name_of(id).is_some() {
                 continue;
             }
-            let tag = (id as u64) << field.shift();
-            while let Ok(Some(_)) = fab.tag_probe(self.worker, tag, field.mask(), true) {
+            while queue.take_one(id) {
                 self.stray += 1;
             }
         }
@@ -831,4 +813,39 @@ enum Sent {
     InFlight(SendId),
     /// Handed over and already complete.
     Complete,
+}
+
+/// The worker's unexpected queue by namespace id, for the engine's R7 drain.
+struct FabricQueue<'f> {
+    fab: &'f mut Fabric,
+    worker: WorkerId,
+    field: tagspace_core::Field,
+}
+
+impl<'f> FabricQueue<'f> {
+    fn new(fab: &'f mut Fabric, worker: WorkerId, layout: &TagLayout) -> Self {
+        FabricQueue {
+            fab,
+            worker,
+            field: layout.namespace_field(),
+        }
+    }
+
+    fn probe(&mut self, id: u16, remove: bool) -> bool {
+        let tag = (id as u64) << self.field.shift();
+        matches!(
+            self.fab
+                .tag_probe(self.worker, tag, self.field.mask(), remove),
+            Ok(Some(_))
+        )
+    }
+}
+
+impl StrayQueue for FabricQueue<'_> {
+    fn take_one(&mut self, id: u16) -> bool {
+        self.probe(id, true)
+    }
+    fn waits(&mut self, id: u16) -> bool {
+        self.probe(id, false)
+    }
 }

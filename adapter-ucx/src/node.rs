@@ -39,7 +39,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tagspace_core::engine::{
-    self, after_peer_close, AfterClose, Check, Deadlines, Expiry, Link, LiveClock,
+    self, after_peer_close, AfterClose, Check, Deadlines, Expiry, Link, LiveClock, QueueOwner,
+    StrayQueue,
 };
 use tagspace_core::identity::Identity;
 use tagspace_core::namespace::Route;
@@ -71,7 +72,7 @@ pub const DRAIN_INTERVAL_MS: u64 = 10;
 /// `progress` call makes for strays (D4): a sweep over every unregistered id is spread over
 /// several calls, and UCX's own progress (keepalive among it) runs in between, however much a
 /// peer sends.
-pub const STRAY_PROBES_PER_CALL: u32 = 32;
+pub const STRAY_PROBES_PER_CALL: u32 = engine::STRAY_PROBES_PER_CALL;
 /// The most strays one `progress` call takes from the head of UCX's unexpected queue (each
 /// costs a constant-time look at the head and a hashed take, D4).
 pub const STRAY_TAKES_PER_CALL: u32 = 1024;
@@ -523,12 +524,10 @@ pub struct Node {
     /// The posted receive for withdrawal acknowledgements (R7): the control namespace, any
     /// payload. Re-posted as each completes.
     ack_recv: Option<Request>,
-    /// Ids this node's sessions are done with (confirmed withdrawals, ended connections): each
-    /// is drained of what arrived for it if it is quarantined, then unpinned (R7).
-    unpin_pending: Vec<u16>,
-    /// R7: the pins of ended connections, moved to `unpin_pending` once
-    /// [`engine::CLOSED_PIN_LINGER_MS`] has passed.
-    closed_pins: Box<engine::ClosedPins<CAP>>,
+    /// R7: ids this node's sessions are done with (confirmed withdrawals; ended connections'
+    /// pins after [`engine::CLOSED_PIN_LINGER_MS`]), on their way back to the registry: the
+    /// core engine decides when, and what is drained first.
+    unpins: engine::Unpins<CAP>,
     /// `Some` on a worker a host owns ([`Node::adopt`]).
     host: Option<HostInfo>,
     /// Host mode: one exact receive per awaited withdrawal-ack tag (no wildcard over the
@@ -677,8 +676,7 @@ impl Node {
             closing: Vec::new(),
             buf: vec![0; MAX_FRAME_LEN],
             ack_recv: None,
-            unpin_pending: Vec::new(),
-            closed_pins: Box::default(),
+            unpins: engine::Unpins::new(),
             host,
             ack_exact: HashMap::new(),
             attached: std::collections::HashSet::new(),
@@ -1339,8 +1337,7 @@ impl Node {
     /// connection churn.
     fn forget_closed(&mut self) {
         let mut went = Vec::new();
-        let unpin = &mut self.unpin_pending;
-        let closed_pins = &mut self.closed_pins;
+        let unpins = &mut self.unpins;
         let now = self.clock.now_ms();
         self.conns.retain_mut(|c| {
             let keep = c.ep.is_some() || c.state == ConnState::Open;
@@ -1348,12 +1345,9 @@ impl Node {
                 went.push((p, cause));
             }
             if !keep {
-                // R7: nothing more can come from this connection; its pins go (after a drain).
-                while let Some(id) = c.session.take_confirmed() {
-                    unpin.push(id);
-                }
-                // Not at once: what the peer sent before it saw the end may still arrive.
-                closed_pins.hold(&c.session.finish(), now);
+                // R7: its confirmed withdrawals are due now; its other pins after the linger
+                // (what the peer sent before it saw the end may still arrive).
+                unpins.connection_ended(&mut c.session, now);
             }
             keep
         });
@@ -2347,107 +2341,50 @@ impl Node {
         }
     }
 
-    /// Collects the ids whose withdrawal peers confirmed, then drains each quarantined one of
-    /// what arrived for it (all strays now: nobody owns the id) and unpins it — within the
-    /// stray budget; what is left waits for the next call.
+    /// R7: gives back the ids whose withdrawal peers confirmed, and ended connections' pins
+    /// after the linger, draining each quarantined one first of what arrived for it (all
+    /// strays now: nobody owns the id) within the stray budget — the core engine's
+    /// [`Unpins`](engine::Unpins). On a host's worker nothing is taken: an id is held while
+    /// anything waits in it — until the host receives its message, or for good if an old
+    /// name's message is never received (an id lost, never a message misdelivered;
+    /// [`quarantine_held`](Node::quarantine_held) counts such ids), looked at (one probe
+    /// without removal per id) at most every [`DRAIN_INTERVAL_MS`], or at once when a
+    /// confirmation came. A host library's tags (ucxx hashes them over all 64 bits) fall in
+    /// any namespace id, so a partial-mask removal could steal them.
     fn release_confirmed(&mut self) -> bool {
-        let unpin = &mut self.unpin_pending;
-        self.closed_pins
-            .take_due(self.clock.now_ms(), |id| unpin.push(id));
-        let before = self.unpin_pending.len();
-        for c in &mut self.conns {
-            while let Some(id) = c.session.take_confirmed() {
-                self.unpin_pending.push(id);
-                c.deadlines.acks_arrived(); // the peer is answering: its deadline starts over
-            }
-        }
-        if self.unpin_pending.is_empty() {
-            return false;
-        }
-        let confirmed = self.unpin_pending.len() != before;
-        if self.host.is_some() {
-            return self.release_held(confirmed) || confirmed;
-        }
-        let field = self.registry.layout().namespace_field();
-        let mut budget = STRAY_PROBES_PER_CALL;
-        let mut k = 0;
-        while k < self.unpin_pending.len() {
-            let id = self.unpin_pending[k];
-            if self.registry.is_quarantined(id) {
-                // Take what arrived for the released id until none is left.
-                let mut empty = false;
-                while budget > 0 {
-                    budget -= 1;
-                    self.stats.stray_probes += 1;
-                    if !self.take_stray((id as u64) << field.shift(), field.mask(), id) {
-                        empty = true;
-                        break;
-                    }
-                }
-                if !empty {
-                    k += 1; // out of budget: the next call goes on
-                    continue;
-                }
-            }
-            self.unpin_pending.swap_remove(k);
-            self.registry.unpin(id);
-            self.stats.ids_unpinned += 1;
-        }
-        true
-    }
-
-    /// Host mode's R7: a confirmed id is unpinned only once nothing waits in UCX's queue for
-    /// it. What waits there is not taken: a host library's tags (ucxx hashes them over all
-    /// 64 bits) fall in any namespace id, so a partial-mask removal could steal them. The
-    /// id stays quarantined while anything waits in it — until the host receives its message,
-    /// or for good if an old name's message is never received (an id lost, never a message
-    /// misdelivered; [`quarantine_held`](Node::quarantine_held) counts such ids). Looked at
-    /// (one probe without removal per id) at most every [`DRAIN_INTERVAL_MS`], or at once
-    /// when a confirmation came. Returns whether an id was unpinned.
-    fn release_held(&mut self, confirmed: bool) -> bool {
+        let confirmed = self.unpins.collect_confirmed(&mut self.conns);
+        let owner = match self.host {
+            Some(_) => QueueOwner::Host {
+                look_every_ms: DRAIN_INTERVAL_MS,
+            },
+            None => QueueOwner::Node,
+        };
         let now = self.clock.now_ms();
-        if !confirmed
-            && self
-                .last_drain_ms
-                .is_some_and(|t| now < t + DRAIN_INTERVAL_MS)
-        {
-            return false;
-        }
-        self.last_drain_ms = Some(now);
-        let field = self.registry.layout().namespace_field();
-        let mut budget = STRAY_PROBES_PER_CALL;
-        let mut unpinned = false;
-        let mut k = 0;
-        while k < self.unpin_pending.len() && budget > 0 {
-            let id = self.unpin_pending[k];
-            if self.registry.is_quarantined(id) {
-                budget -= 1;
-                self.stats.stray_probes += 1;
-                if self
-                    .worker
-                    .tag_probe((id as u64) << field.shift(), field.mask())
-                    .is_some()
-                {
-                    k += 1; // something waits in it: held
-                    continue;
-                }
-            }
-            self.unpin_pending.swap_remove(k);
-            self.registry.unpin(id);
-            self.stats.ids_unpinned += 1;
-            unpinned = true;
-        }
-        unpinned
+        let mut queue = Strays {
+            worker: &self.worker,
+            field: self.registry.layout().namespace_field(),
+            stats: &mut self.stats,
+            by_id: &mut self.stray_by_id,
+            background: &mut self.background,
+        };
+        let pass = self.unpins.run(
+            self.registry,
+            now,
+            owner,
+            STRAY_PROBES_PER_CALL,
+            confirmed,
+            &mut queue,
+        );
+        self.stats.stray_probes += pass.probes;
+        self.stats.ids_unpinned += pass.unpinned;
+        pass.changed
     }
 
     /// Ids this node keeps quarantined after their withdrawal was confirmed, because a message
     /// still waits in UCX's queue in them (host mode; see [`Node::adopt`]), or (own worker)
     /// because the stray drain has not finished with them yet.
     pub fn quarantine_held(&self) -> usize {
-        self.unpin_pending
-            .iter()
-            .filter(|&&id| self.registry.is_quarantined(id))
-            .count()
+        self.unpins.held(self.registry)
     }
 
     fn flush(&mut self) -> bool {
@@ -2527,17 +2464,14 @@ impl Node {
 
     /// Takes one unexpected message matching `(tag, mask)` as a stray of namespace id `id`.
     fn take_stray(&mut self, tag: u64, mask: u64, id: u16) -> bool {
-        match self.worker.tag_probe_take(tag, mask, STRAY_MAX_LEN) {
-            Ok(Some((_, req))) => {
-                self.stats.stray += 1;
-                if let Some(c) = self.stray_by_id.get_mut(id as usize) {
-                    *c += 1;
-                }
-                self.background.push(req);
-                true
-            }
-            _ => false,
+        Strays {
+            worker: &self.worker,
+            field: self.registry.layout().namespace_field(),
+            stats: &mut self.stats,
+            by_id: &mut self.stray_by_id,
+            background: &mut self.background,
         }
+        .take(tag, mask, id)
     }
 
     /// Closes every connection (orderly CLOSE, then a flushing endpoint close) and progresses
@@ -2565,17 +2499,8 @@ impl Drop for Node {
     /// Gives back every pin this node's sessions hold (R7): its worker goes with it, so nothing
     /// more can arrive here for those ids.
     fn drop(&mut self) {
-        for c in &mut self.conns {
-            while let Some(id) = c.session.take_confirmed() {
-                self.unpin_pending.push(id);
-            }
-            self.unpin_pending.extend(c.session.finish());
-        }
-        let unpin = &mut self.unpin_pending;
-        self.closed_pins.take_all(|id| unpin.push(id));
-        for id in self.unpin_pending.drain(..) {
-            self.registry.unpin(id);
-        }
+        let sessions = self.conns.iter_mut().map(|c| &mut *c.session);
+        self.unpins.release_all(self.registry, sessions);
     }
 }
 
@@ -2602,4 +2527,41 @@ enum Sent {
     InFlight(Request, EpKey),
     /// Handed over and already complete.
     Complete,
+}
+
+/// The worker's unexpected queue as the stray drains see it: what is taken is counted (per
+/// namespace id) and its request parked until UCX lets it go.
+struct Strays<'n> {
+    worker: &'n Worker,
+    field: tagspace_core::Field,
+    stats: &'n mut NodeStats,
+    by_id: &'n mut Vec<u64>,
+    background: &'n mut Vec<Request>,
+}
+
+impl Strays<'_> {
+    /// Takes one unexpected message matching `(tag, mask)` as a stray of namespace id `id`.
+    fn take(&mut self, tag: u64, mask: u64, id: u16) -> bool {
+        match self.worker.tag_probe_take(tag, mask, STRAY_MAX_LEN) {
+            Ok(Some((_, req))) => {
+                self.stats.stray += 1;
+                if let Some(c) = self.by_id.get_mut(id as usize) {
+                    *c += 1;
+                }
+                self.background.push(req);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+impl StrayQueue for Strays<'_> {
+    fn take_one(&mut self, id: u16) -> bool {
+        self.take((id as u64) << self.field.shift(), self.field.mask(), id)
+    }
+    fn waits(&mut self, id: u16) -> bool {
+        let tag = (id as u64) << self.field.shift();
+        self.worker.tag_probe(tag, self.field.mask()).is_some()
+    }
 }

@@ -34,6 +34,10 @@ use core::fmt;
 mod libraries;
 #[cfg(feature = "alloc")]
 pub use libraries::{AmDelivery, Libraries, Library};
+#[cfg(feature = "alloc")]
+mod unpins;
+#[cfg(feature = "alloc")]
+pub use unpins::{QueueOwner, StrayQueue, UnpinPass, Unpins};
 
 /// A library's handle inside one node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -150,6 +154,10 @@ pub enum PeerEvent<E> {
         reason: Option<CloseReason>,
     },
 }
+
+/// How many probes of the transport's queue (each may scan all of it) one drain pass makes at
+/// most (D4): a flood of strays is taken over several calls, never all in one.
+pub const STRAY_PROBES_PER_CALL: u32 = 32;
 
 /// How long (ms) a new connection may take to complete its handshake (HELLOs and PROOFs): a
 /// peer that never says hello, or never proves the identity it claimed (P6), cannot keep a
