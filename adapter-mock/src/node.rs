@@ -15,10 +15,9 @@
 use crate::fabric::{EpId, Fabric, FabricError, ProcessId, RecvId, SendId, WorkerEvent, WorkerId};
 use std::collections::HashMap;
 use tagspace_core::engine::{
-    self, after_peer_close, AfterClose, AmDelivery, Check, Deadlines, Link, LiveClock, Liveness,
-    QueueOwner, StrayQueue,
+    self, AfterClose, AmDelivery, Check, Control, LiveClock, Liveness, QueueOwner, StrayQueue,
 };
-use tagspace_core::session::{Event, Session, SessionError};
+use tagspace_core::session::SessionError;
 use tagspace_core::wellknown::CONTROL_ID;
 use tagspace_core::wire::{CloseReason, Role, MAX_FRAME_LEN};
 use tagspace_core::{Identity, Namespace, Registry, TagLayout};
@@ -38,36 +37,14 @@ impl From<FabricError> for NodeError {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum ConnState {
-    Open,
-    /// Lost the simultaneous-connect tie-break; closed.
-    Superseded,
-    /// Closed by either side or failed.
-    Down(Option<FabricError>),
-}
-
-struct Conn {
+/// The mock's side of a connection: its endpoint, and whether it has been closed.
+struct Io {
     ep: EpId,
-    session: Box<Session<CAP>>,
-    state: ConnState,
-    /// Its session's pins were given back (R7), once it went down.
-    finished: bool,
-    /// The handshake, acknowledgement and heartbeat deadlines (the core engine's, as on UCX).
-    deadlines: Deadlines,
+    closed: bool,
 }
 
-impl Link<CAP> for Conn {
-    fn is_open(&self) -> bool {
-        self.state == ConnState::Open
-    }
-    fn session(&self) -> &Session<CAP> {
-        &self.session
-    }
-    fn deadline_parts(&mut self) -> (&mut Session<CAP>, &mut Deadlines) {
-        (&mut self.session, &mut self.deadlines)
-    }
-}
+/// The core engine's connection table, on fabric endpoints.
+type Conns = engine::Connections<EpId, Io, FabricError, CAP>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Target {
@@ -100,12 +77,11 @@ pub struct Node {
     token: u64,
     worker: WorkerId,
     control_am: u16,
-    conns: Vec<Conn>,
+    conns: Conns,
     libs: engine::Libraries<'static, CAP, FabricError>,
     ops: HashMap<OpId, Op>,
     next_op: u64,
     stray: u64,
-    protocol_errors: Vec<SessionError>,
     last_drain_ms: Option<u64>,
     buf: Vec<u8>,
     liveness: Option<Liveness>,
@@ -157,12 +133,15 @@ impl Node {
             identity,
             worker,
             control_am,
-            conns: Vec::new(),
+            // Fixed keys: a simulation stays reproducible (a real node's are random).
+            conns: Conns::new([
+                0x243f_6a88_85a3_08d3 ^ worker.0 as u64,
+                0x9e37_79b9_7f4a_7c15,
+            ]),
             libs: engine::Libraries::new(),
             ops: HashMap::new(),
             next_op: 0,
             stray: 0,
-            protocol_errors: Vec::new(),
             last_drain_ms: None,
             buf: vec![0; MAX_FRAME_LEN],
             liveness: Some(Liveness::default()),
@@ -218,7 +197,9 @@ impl Node {
 
     /// Registers a library.
     pub fn register(&mut self, name: &str) -> Result<LibId, NodeError> {
-        self.libs.register(self.registry, name)
+        let lib = self.libs.register(self.registry, name)?;
+        self.conns.refresh_all_routes(&self.libs);
+        Ok(lib)
     }
 
     /// Releases a library: its id is withdrawn from every peer at the next `progress`, and its
@@ -257,25 +238,35 @@ impl Node {
 
     /// Control-plane errors from peers (each closed that peer's connection only).
     pub fn protocol_errors(&self) -> &[SessionError] {
-        &self.protocol_errors
+        self.conns.protocol_errors()
     }
 
     /// Open, established connections to `peer`.
     pub fn live_connections_to(&self, peer: u64) -> usize {
-        engine::live_to(&self.conns, peer)
+        self.conns.live_to(peer)
     }
 
     /// Tokens of peers with an open, established connection.
     pub fn peers(&self) -> Vec<u64> {
-        let mut v: Vec<u64> = self
-            .conns
-            .iter()
-            .filter(|c| c.state == ConnState::Open)
-            .filter_map(|c| c.session.peer().map(|p| p.token))
-            .collect();
-        v.sort();
-        v.dedup();
-        v
+        self.conns.peers()
+    }
+
+    /// Connections this node holds: open ones, ones still handshaking, superseded ones still
+    /// lingering; ended ones are forgotten at the next `progress` (D5), as on UCX.
+    pub fn connection_count(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// `lib` starts hearing of peers coming up and going down; every peer already up is
+    /// reported at once.
+    pub fn listen(&mut self, lib: LibId) -> Result<(), NodeError> {
+        let up = self.peers();
+        self.libs.listen_peers(lib, up)
+    }
+
+    /// The next peer event for a listening library.
+    pub fn peer_event(&mut self, lib: LibId) -> Option<engine::PeerEvent<FabricError>> {
+        self.libs.peer_event(lib)
     }
 
     /// Opens a connection to another process's worker; the handshake runs in `progress`.
@@ -287,13 +278,12 @@ impl Node {
     }
 
     fn add_conn(&mut self, ep: EpId, role: Role) {
-        self.conns.push(Conn {
-            ep,
-            session: Box::new(Session::new(role, &self.identity, self.registry.layout())),
-            state: ConnState::Open,
-            finished: false,
-            deadlines: Deadlines::new(self.last_now_ms, self.live.now()),
-        });
+        let io = Io { ep, closed: false };
+        let (layout, now, live) = (self.registry.layout(), self.last_now_ms, self.live.now());
+        let i = self
+            .conns
+            .add(ep, role, &self.identity, layout, now, live, io);
+        self.conns.refresh_routes(i, &self.libs);
     }
 
     /// Hostile-peer hook for tests: sends raw bytes as a control frame to `peer`.
@@ -303,14 +293,15 @@ impl Node {
         peer: u64,
         bytes: &[u8],
     ) -> Result<(), NodeError> {
-        let ep = self.conn_to(peer)?.ep;
+        let ep = self.conns.get(self.conns.serving(peer)?).io.ep;
         fab.am_send(ep, self.control_am, bytes)?;
         Ok(())
     }
 
     /// The shared endpoint to `peer`, for code outside tagspace (a legacy library).
     pub fn endpoint_to(&self, peer: u64) -> Option<EpId> {
-        self.conn_to(peer).ok().map(|c| c.ep)
+        let i = self.conns.serving(peer).ok()?;
+        Some(self.conns.get(i).io.ep)
     }
 
     /// The endpoint to `peer` and the tag for `payload` in `lib`'s namespace there, as the
@@ -322,23 +313,13 @@ impl Node {
         peer: u64,
         payload: u64,
     ) -> Result<Option<(EpId, u64)>, NodeError> {
-        let conn = self.conn_to(peer)?;
-        let ns = self.libs.ns(lib)?;
-        match conn.session.route(ns) {
-            Some(route) => Ok(Some((conn.ep, ns.remote_tag(route, payload)?.raw()))),
+        match self.conns.route(&self.libs, lib, peer)? {
+            Some((i, route)) => {
+                let tag = self.libs.ns(lib)?.remote_tag(route, payload)?;
+                Ok(Some((self.conns.get(i).io.ep, tag.raw())))
+            }
             None => Ok(None),
         }
-    }
-
-    fn conn_to(&self, peer: u64) -> Result<&Conn, NodeError> {
-        self.conns
-            .iter()
-            .find(|c| {
-                c.state == ConnState::Open
-                    && c.session.is_established()
-                    && c.session.peer().map(|p| p.token) == Some(peer)
-            })
-            .ok_or(NodeError::NoConnection { peer })
     }
 
     fn new_op(&mut self, op: Op) -> OpId {
@@ -528,28 +509,19 @@ impl Node {
         target: Target,
         data: &[u8],
     ) -> Result<Sent, NodeError> {
-        let conn = match self.conn_to(peer) {
-            Ok(c) => c,
-            Err(_) => {
-                // A connection to this peer that failed: fail now (D3). Otherwise it may still
-                // be handshaking: wait, like for a name not yet announced.
-                let failed = self.conns.iter().find_map(|c| match c.state {
-                    ConnState::Down(Some(e)) if c.session.peer().map(|p| p.token) == Some(peer) => {
-                        Some(e)
-                    }
-                    _ => None,
-                });
-                return match failed {
-                    Some(e) => Err(NodeError::Transport(e)),
-                    None => Ok(Sent::NoConnection),
-                };
+        let (i, route) = match self.conns.route(&self.libs, lib, peer) {
+            Ok(Some(found)) => found,
+            Ok(None) => return Ok(Sent::NoRoute),
+            // The peer's connections all ended: fail now (D3). Otherwise one may still be
+            // handshaking: wait, like for a name not yet announced.
+            Err(NodeError::NoConnection { .. }) => {
+                self.conns.blocked(peer)?;
+                return Ok(Sent::NoConnection);
             }
+            Err(e) => return Err(e),
         };
-        let ep = conn.ep;
+        let ep = self.conns.get(i).io.ep;
         let ns = self.libs.ns(lib)?;
-        let Some(route) = conn.session.route(ns) else {
-            return Ok(Sent::NoRoute);
-        };
         Ok(match target {
             Target::Data(p) => {
                 Sent::InFlight(fab.tag_send(ep, ns.remote_tag(route, p)?.raw(), data)?)
@@ -575,10 +547,10 @@ impl Node {
             match ev {
                 WorkerEvent::Accepted(ep) => self.add_conn(ep, Role::Acceptor),
                 WorkerEvent::EndpointError(ep, e) => {
-                    if let Some(c) = self.conns.iter_mut().find(|c| c.ep == ep) {
-                        if c.state == ConnState::Open {
-                            c.state = ConnState::Down(Some(e));
-                        }
+                    if let Some(i) = self.conns.find(ep, |c| !c.io.closed) {
+                        // The fabric has failed what was in flight on it (D3).
+                        self.conns.failed(i, e, &mut self.libs);
+                        self.conns.get_mut(i).io.closed = true;
                     }
                 }
             }
@@ -596,12 +568,14 @@ impl Node {
         self.take_ack_tags(fab);
         self.flush(fab);
         self.expire_deadlines(fab);
+        self.end_lingering(fab);
+        let now = fab.now_ms();
+        self.conns.forget(|c| c.io.closed, &mut self.unpins, now);
         self.release_pins(fab);
         let ids: Vec<OpId> = self.ops.keys().copied().collect();
         for id in ids {
             self.advance_op(fab, id);
         }
-        let now = fab.now_ms();
         if !self.host
             && self
                 .last_drain_ms
@@ -613,59 +587,70 @@ impl Node {
     }
 
     fn on_control(&mut self, fab: &mut Fabric, ep: EpId, bytes: &[u8]) {
-        let Some(i) = self.conns.iter().position(|c| c.ep == ep) else {
+        let Some(i) = self.conns.find(ep, |c| !c.io.closed) else {
             return;
         };
-        if self.conns[i].state != ConnState::Open {
-            return;
-        }
-        match self.conns[i].session.handle(bytes) {
-            Ok(Some(Event::Established { peer_token })) => self.settle_duplicates(fab, peer_token),
-            Ok(Some(Event::Closed { reason })) => {
-                // Closing the endpoint fails what is in flight on it (the fabric's rule), which
-                // is what `AbandonAndClose` asks; delivery is synchronous here, so nothing is
-                // left to linger for either.
-                self.conns[i].state = match after_peer_close(reason) {
-                    AfterClose::Linger => ConnState::Superseded,
-                    AfterClose::AbandonAndClose | AfterClose::Close => ConnState::Down(None),
-                };
-                fab.ep_close(ep);
+        match self
+            .conns
+            .on_control(i, bytes, fab.now_ms(), &mut self.libs)
+        {
+            Control::Handled => {}
+            Control::Established { superseded, .. } => {
+                // P4: each loser's CLOSE goes out; its endpoint stays open for the linger.
+                for k in superseded {
+                    self.flush_conn(fab, k);
+                }
             }
-            Ok(_) => {}
-            Err(e) => {
-                // The session queued a CLOSE naming the reason; flush sends it, then we close.
-                self.protocol_errors.push(e);
-                self.flush_conn(fab, i);
-                self.conns[i].state = ConnState::Down(None);
-                fab.ep_close(ep);
+            Control::PeerClosed(AfterClose::Linger) => {}
+            // Closing the endpoint fails what is in flight on it (the fabric's rule), which is
+            // what `AbandonAndClose` asks.
+            Control::PeerClosed(AfterClose::AbandonAndClose | AfterClose::Close) => {
+                self.end_conn(fab, i)
             }
+            // The session queued a CLOSE naming the reason: `end_conn` sends it, then closes.
+            Control::ProtocolError(_) => self.end_conn(fab, i),
         }
     }
 
-    /// P4: of several established connections to one peer, keep the tie-break's survivor. A
-    /// lone connection is kept whoever opened it.
-    fn settle_duplicates(&mut self, fab: &mut Fabric, peer: u64) {
-        let mut losers = Vec::new();
-        engine::superseded(&self.conns, peer, &mut losers);
-        for i in losers {
-            self.conns[i].session.close(CloseReason::Superseded);
-            self.flush_conn(fab, i);
-            // Delivery is synchronous here: nothing is in flight to linger for.
-            self.conns[i].state = ConnState::Superseded;
-            fab.ep_close(self.conns[i].ep);
+    /// Ends connection `i` in order: what its session queued (a CLOSE) goes out, then its
+    /// endpoint closes.
+    fn end_conn(&mut self, fab: &mut Fabric, i: usize) {
+        self.flush_conn(fab, i);
+        self.conns.end(i, None, &mut self.libs);
+        self.close_ep(fab, i);
+    }
+
+    fn close_ep(&mut self, fab: &mut Fabric, i: usize) {
+        let io = &mut self.conns.get_mut(i).io;
+        if !io.closed {
+            io.closed = true;
+            fab.ep_close(io.ep);
+        }
+    }
+
+    /// P4: superseded connections' endpoints close once their linger is over.
+    fn end_lingering(&mut self, fab: &mut Fabric) {
+        let done: Vec<usize> = self.conns.lingered(fab.now_ms()).collect();
+        for i in done {
+            self.close_ep(fab, i);
         }
     }
 
     fn flush_conn(&mut self, fab: &mut Fabric, i: usize) {
-        let c = &mut self.conns[i];
-        while let Ok(Some(n)) = c.session.poll_transmit(self.registry, &mut self.buf) {
-            if fab.am_send(c.ep, self.control_am, &self.buf[..n]).is_err() {
+        let c = self.conns.get_mut(i);
+        if c.io.closed {
+            return;
+        }
+        let ep = c.io.ep;
+        let session = c.session_mut();
+        while let Ok(Some(n)) = session.poll_transmit(self.registry, &mut self.buf) {
+            if fab.am_send(ep, self.control_am, &self.buf[..n]).is_err() {
                 break;
             }
         }
         // R7: the tag half of each withdrawal acknowledgement, after this side's tag messages.
-        while let Some(tag) = c.session.poll_ack_tag(self.registry.layout()) {
-            let _ = fab.tag_send(c.ep, tag, &[]);
+        while let Some(tag) = session.poll_ack_tag(self.registry.layout()) {
+            let _ = fab.tag_send(ep, tag, &[]);
         }
     }
 
@@ -677,51 +662,29 @@ impl Node {
             // Exactly the tags some session waits for (a host's tags may be anywhere else).
             let awaited: Vec<u64> = self
                 .conns
-                .iter()
-                .flat_map(|c| c.session.awaited_ack_tags())
-                .map(|(id, seq)| tagspace_core::wire::ack_tag(&layout, id, seq))
+                .awaited_ack_tags(&layout, |io| !io.closed)
                 .collect();
             for tag in awaited {
                 if let Ok(Some(_)) = fab.tag_probe(self.worker, tag, u64::MAX, true) {
-                    self.on_ack_tag(tag);
+                    self.conns.claim_ack_tag(&layout, tag, |io| !io.closed);
                 }
             }
             return;
         }
         let tag = (CONTROL_ID as u64) << layout.namespace_field().shift();
         while let Ok(Some(r)) = fab.tag_probe(self.worker, tag, layout.namespace_mask(), true) {
-            if !self.on_ack_tag(r.tag) {
+            if !self.conns.claim_ack_tag(&layout, r.tag, |io| !io.closed) {
                 self.stray += 1;
             }
         }
     }
 
-    /// Hands an ack tag to the session whose withdrawal it confirms; false if none's.
-    fn on_ack_tag(&mut self, tag: u64) -> bool {
-        let layout = *self.registry.layout();
-        tagspace_core::wire::parse_ack_tag(&layout, tag).is_some_and(|(id, seq)| {
-            self.conns.iter_mut().any(|c| {
-                let hit = c.session.on_ack_tag(id, seq);
-                if hit {
-                    c.deadlines.acks_arrived();
-                }
-                hit
-            })
-        })
-    }
-
-    /// R7: ids whose withdrawal a peer confirmed, and every pin of a connection that went
-    /// down (after the linger), go back to the registry — a quarantined one drained first
-    /// (host mode: held while anything waits in it). The core engine decides, as on UCX.
+    /// R7: ids whose withdrawal a peer confirmed, and every pin of a connection that ended
+    /// (after the linger), go back to the registry — a quarantined one drained first (host
+    /// mode: held while anything waits in it). The core engine decides, as on UCX.
     fn release_pins(&mut self, fab: &mut Fabric) {
         let now = fab.now_ms();
-        let confirmed = self.unpins.collect_confirmed(&mut self.conns);
-        for c in &mut self.conns {
-            if matches!(c.state, ConnState::Down(_) | ConnState::Superseded) && !c.finished {
-                c.finished = true;
-                self.unpins.connection_ended(&mut c.session, now);
-            }
-        }
+        let confirmed = self.unpins.collect_confirmed(self.conns.as_mut_slice());
         let owner = if self.host {
             QueueOwner::Host {
                 look_every_ms: DRAIN_INTERVAL_MS,
@@ -743,21 +706,14 @@ impl Node {
 
     /// The connection deadlines, decided by the core engine exactly as on the UCX node.
     fn expire_deadlines(&mut self, fab: &mut Fabric) {
-        let mut due = Vec::new();
-        engine::sweep(
-            &mut self.conns,
-            &mut self.live,
-            fab.now_ms(),
-            self.liveness,
-            &mut due,
-        );
+        let due = self
+            .conns
+            .sweep(&mut self.live, fab.now_ms(), self.liveness);
         for (i, check) in due {
             if let Check::Expired(why) = check {
                 self.deadline_closes += 1;
-                self.conns[i].session.close(why.reason());
-                self.flush_conn(fab, i);
-                self.conns[i].state = ConnState::Down(None);
-                fab.ep_close(self.conns[i].ep);
+                self.conns.cut_off(i, Some(why.reason()));
+                self.end_conn(fab, i);
             } else {
                 self.flush_conn(fab, i); // a PING was queued
             }
@@ -766,7 +722,7 @@ impl Node {
 
     fn flush(&mut self, fab: &mut Fabric) {
         for i in 0..self.conns.len() {
-            if self.conns[i].state == ConnState::Open {
+            if self.conns.get(i).is_open() {
                 self.flush_conn(fab, i);
             }
         }
@@ -793,11 +749,11 @@ impl Node {
     /// Closes every connection (orderly CLOSE).
     pub fn shutdown(&mut self, fab: &mut Fabric) {
         for i in 0..self.conns.len() {
-            if self.conns[i].state == ConnState::Open {
-                self.conns[i].session.close(CloseReason::Normal);
-                self.flush_conn(fab, i);
-                self.conns[i].state = ConnState::Down(None);
-                fab.ep_close(self.conns[i].ep);
+            if self.conns.get(i).is_open() {
+                self.conns.cut_off(i, Some(CloseReason::Normal));
+                self.end_conn(fab, i);
+            } else {
+                self.close_ep(fab, i);
             }
         }
     }

@@ -39,12 +39,11 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tagspace_core::engine::{
-    self, after_peer_close, AfterClose, Check, Deadlines, Expiry, Link, LiveClock, QueueOwner,
-    StrayQueue,
+    self, AfterClose, Charge, Check, Control, Expiry, LinkState, LiveClock, QueueOwner, StrayQueue,
 };
 use tagspace_core::identity::Identity;
 use tagspace_core::namespace::Route;
-use tagspace_core::session::{Event, Phase, Session, SessionError};
+use tagspace_core::session::{Phase, SessionError};
 use tagspace_core::wellknown::CONTROL_ID;
 use tagspace_core::wire::{self, CloseReason, Role, MAX_FRAME_LEN};
 use tagspace_core::{Namespace, Registry, Tag, TagError, TagLayout};
@@ -216,25 +215,6 @@ pub struct NodeStats {
     pub unattached_dropped: u64,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum ConnState {
-    Open,
-    /// Lost the simultaneous-connect tie-break: out of service; its endpoint stays open until
-    /// `until_ms` (see [`SUPERSEDED_LINGER_MS`]), then is closed.
-    Superseded {
-        until_ms: u64,
-    },
-    /// Closed by either side or failed.
-    Down(Option<UcxError>),
-}
-
-/// What [`Node::charge`] counts against a connection's [`PeerLimits`].
-#[derive(Clone, Copy, Debug)]
-enum Charge {
-    Control,
-    Unwanted,
-}
-
 /// Whether a new endpoint may be sent on yet (U1).
 enum Wire {
     /// The first flush has not completed: UCX may still be on its wire-up lane, and a send
@@ -244,46 +224,23 @@ enum Wire {
     Ready,
 }
 
-struct Conn {
+/// The UCX side of a connection (the core engine keeps the rest: its session, state,
+/// deadlines, route cache and flood window).
+struct Io {
     ep: Option<Endpoint>,
-    key: EpKey,
-    session: Box<Session<CAP>>,
-    state: ConnState,
-    told_up: bool,
     wire: Wire,
     /// Control frames that arrived before wire-up finished, handled in order once it has.
     early: VecDeque<Vec<u8>>,
     early_bytes: usize,
     /// Control frames UCX has not finished sending on this endpoint.
     ctl_inflight: Vec<Request>,
-    /// The peer's route for each library (indexed by `LibId`), so the send path does not search
-    /// the directory by name for every message. The directory changes only when this
-    /// connection's session handles a frame, and libraries are only ever added (a released
-    /// `LibId` is never reused): refreshed at exactly those two points.
-    routes: Vec<Option<Route>>,
-    /// The handshake, acknowledgement and heartbeat deadlines (decided by the core engine).
-    deadlines: Deadlines,
     /// Test hook: this side withholds its acknowledgements (a peer that never answers).
     withhold_acks: bool,
-    /// The reason of the CLOSE that ended the connection, sent or received.
-    closed_for: Option<CloseReason>,
-    /// The current one-second window of [`PeerLimits`], and what the peer sent in it.
-    window_ms: u64,
-    control_in_window: u32,
-    unwanted_in_window: u32,
 }
 
-impl Link<CAP> for Conn {
-    fn is_open(&self) -> bool {
-        self.state == ConnState::Open
-    }
-    fn session(&self) -> &Session<CAP> {
-        &self.session
-    }
-    fn deadline_parts(&mut self) -> (&mut Session<CAP>, &mut Deadlines) {
-        (&mut self.session, &mut self.deadlines)
-    }
-}
+/// The core engine's connection table, on UCX endpoints.
+type Conns = engine::Connections<EpKey, Io, UcxError, CAP>;
+type Conn = engine::Connection<EpKey, Io, UcxError, CAP>;
 
 /// An endpoint being closed in order: closed only once every request on it has finished (UCX
 /// 1.13.1 asserts when an endpoint is disconnected with requests still on it). A failed
@@ -357,29 +314,8 @@ pub struct NodeConfig {
 }
 
 /// Per connection, per second: how much a peer may send that nobody asked for before its
-/// connection is closed (counted in `stats().flood_closes`, D5). Only what can be traced to a
-/// connection is limited: control frames, and Active Messages sent with a reply endpoint (as
-/// tagspace and ucxx send them). Tag messages carry no sender; strays among them are drained
-/// within the per-call budget instead (D4).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PeerLimits {
-    /// Control frames (HELLO, PROOF, ANNOUNCE, WITHDRAW, CLOSE). An honest peer sends two to
-    /// connect and about two per registration change.
-    pub control_per_s: u32,
-    /// Active Messages on ids nobody here listens on, or sent by rendezvous (which tagspace
-    /// never uses). An honest peer sends some when it talks to a library before that library
-    /// has started listening.
-    pub unwanted_am_per_s: u32,
-}
-
-impl Default for PeerLimits {
-    fn default() -> Self {
-        PeerLimits {
-            control_per_s: 1024,
-            unwanted_am_per_s: 1024,
-        }
-    }
-}
+/// connection is closed (counted in `stats().flood_closes`, D5); the core engine's.
+pub use tagspace_core::engine::PeerLimits;
 
 impl NodeConfig {
     /// Listens on 127.0.0.1 (any port) over `ucx`, with a new identity ([`fresh_identity`]).
@@ -406,57 +342,22 @@ pub fn fresh_identity() -> Arc<Identity> {
     Arc::new(Identity::from_seed(&seed))
 }
 
-/// The hash of the send path's peer index: a folded 128-bit multiply of the token with two
-/// per-node random keys (as foldhash does), about 1 ns against SipHash's 15–20 — the index is
-/// looked up on every routed send (`route_tag`, and through the C ABI's `tagspace_node_route`).
-/// Keyed, because tokens come from peers' keys, which a peer chooses: with a fixed hash it
-/// could pick tokens that share a bucket.
-#[derive(Clone, Copy)]
-struct TokenHash([u64; 2]);
-
-impl TokenHash {
-    fn new() -> TokenHash {
-        let mut k = [0u8; 16];
-        // Without OS randomness, fall back to an address and the time (weaker, still per node).
-        if getrandom::fill(&mut k).is_err() {
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64);
-            let here = &t as *const u64 as u64;
-            k[..8].copy_from_slice(&(here ^ t).to_le_bytes());
-            k[8..].copy_from_slice(&t.rotate_left(17).to_le_bytes());
-        }
-        let a = u64::from_le_bytes(k[..8].try_into().unwrap_or_default());
-        let b = u64::from_le_bytes(k[8..].try_into().unwrap_or_default());
-        TokenHash([a, b | 1])
+/// Random keys for the send path's peer index ([`engine::TokenHash`]): tokens come from
+/// peers' keys, which a peer chooses, so the hash must be one it cannot predict. Without OS
+/// randomness, an address and the time (weaker, still per node).
+fn index_keys() -> [u64; 2] {
+    let mut k = [0u8; 16];
+    if getrandom::fill(&mut k).is_err() {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let here = &t as *const u64 as u64;
+        k[..8].copy_from_slice(&(here ^ t).to_le_bytes());
+        k[8..].copy_from_slice(&t.rotate_left(17).to_le_bytes());
     }
-}
-
-impl std::hash::BuildHasher for TokenHash {
-    type Hasher = TokenHasher;
-    fn build_hasher(&self) -> TokenHasher {
-        TokenHasher { keys: self.0, h: 0 }
-    }
-}
-
-struct TokenHasher {
-    keys: [u64; 2],
-    h: u64,
-}
-
-impl std::hash::Hasher for TokenHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.write_u64(u64::from(*b) ^ self.h.rotate_left(8));
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        let p = u128::from(v ^ self.keys[0]) * u128::from(self.keys[1]);
-        self.h = (p as u64) ^ ((p >> 64) as u64);
-    }
-    fn finish(&self) -> u64 {
-        self.h
-    }
+    let a = u64::from_le_bytes(k[..8].try_into().unwrap_or_default());
+    let b = u64::from_le_bytes(k[8..].try_into().unwrap_or_default());
+    [a, b]
 }
 
 /// Who calls `ucp_worker_progress` on a worker a host owns ([`Node::adopt`]).
@@ -490,22 +391,14 @@ pub struct Node {
     worker: Worker,
     listener: Option<Listener>,
     control_am: u16,
-    conns: Vec<Conn>,
-    /// Peer token → index of a connection serving it: a hint for the send path, rebuilt when a
-    /// connection's state changes and verified on use (a stale or missing entry falls back to
-    /// the scan), so that a send does not scan every connection.
-    serving: HashMap<u64, usize, TokenHash>,
+    /// The core engine's connection table: sessions, states, deadlines, route caches, the
+    /// peer index and the peers gone; this node keeps the endpoints in it.
+    conns: Conns,
     libs: engine::Libraries<'static, CAP, UcxError>,
-    /// Peers whose every connection is gone and forgotten (closed connections are removed from
-    /// `conns`, D5): how each went (a failure wins over an orderly close), oldest first in
-    /// `gone_order`, at most [`GONE_PEERS_MAX`].
-    gone: HashMap<u64, Option<UcxError>>,
-    gone_order: VecDeque<u64>,
     ops: HashMap<OpId, Op>,
     next_op: u64,
     stats: NodeStats,
     stray_by_id: Vec<u64>,
-    protocol_errors: Vec<SessionError>,
     last_drain_ms: Option<u64>,
     /// The next namespace id the stray sweep probes; 0 when no sweep is under way.
     sweep_id: u16,
@@ -655,16 +548,12 @@ impl Node {
             worker,
             listener,
             control_am,
-            conns: Vec::new(),
-            serving: HashMap::with_hasher(TokenHash::new()),
+            conns: Conns::new(index_keys()),
             libs: engine::Libraries::new(),
-            gone: HashMap::new(),
-            gone_order: VecDeque::new(),
             ops: HashMap::new(),
             next_op: 0,
             stats: NodeStats::default(),
             stray_by_id: vec![0; CAP],
-            protocol_errors: Vec::new(),
             last_drain_ms: None,
             sweep_id: 0,
             flooded: false,
@@ -735,9 +624,7 @@ impl Node {
     pub fn register(&mut self, name: &str) -> Result<LibId, NodeError> {
         let lib = self.libs.register(self.registry, name)?;
         tracing::debug!(name, id = self.libs.ns(lib)?.id(), "namespace registered");
-        for i in 0..self.conns.len() {
-            self.refresh_routes(i);
-        }
+        self.conns.refresh_all_routes(&self.libs);
         Ok(lib)
     }
 
@@ -788,7 +675,7 @@ impl Node {
     /// The last [`PROTOCOL_ERRORS_KEPT`] control-plane errors from peers, oldest first (each
     /// closed that peer's connection only; `stats().protocol_errors` counts them all).
     pub fn protocol_errors(&self) -> &[SessionError] {
-        &self.protocol_errors
+        self.conns.protocol_errors()
     }
 
     /// `lib` starts hearing of peers coming up and going down (a namespaced listener): every
@@ -805,7 +692,7 @@ impl Node {
 
     /// Open, established connections to `peer`.
     pub fn live_connections_to(&self, peer: u64) -> usize {
-        engine::live_to(&self.conns, peer)
+        self.conns.live_to(peer)
     }
 
     /// Whether this node has work in flight that needs more progress to finish: a connection
@@ -817,8 +704,8 @@ impl Node {
         // alone (an honest peer's PROOF is then in its own queue or on the wire); one that
         // claims an identity it cannot prove would otherwise count as busy until it is closed.
         self.conns.iter().any(|c| {
-            c.state == ConnState::Open
-                && (c.session.phase() == Phase::Connecting || !c.ctl_inflight.is_empty())
+            c.is_open()
+                && (c.session().phase() == Phase::Connecting || !c.io.ctl_inflight.is_empty())
         }) || !self.background.is_empty()
             || !self.closing.is_empty()
     }
@@ -832,15 +719,7 @@ impl Node {
 
     /// Tokens of peers with an open, established connection.
     pub fn peers(&self) -> Vec<u64> {
-        let mut v: Vec<u64> = self
-            .conns
-            .iter()
-            .filter(|c| c.state == ConnState::Open)
-            .filter_map(Conn::peer)
-            .collect();
-        v.sort();
-        v.dedup();
-        v
+        self.conns.peers()
     }
 
     /// Opens an endpoint to the node listening at `addr`; the handshake runs in `progress`.
@@ -853,34 +732,32 @@ impl Node {
 
     fn add_conn(&mut self, ep: Endpoint, role: Role) {
         // U1: nothing is sent until the endpoint's first flush has completed.
-        let (wire, state) = match ep.flush() {
-            Ok(Started::Pending(r)) => (Wire::Flushing(r), ConnState::Open),
-            Ok(Started::Done(())) => (Wire::Ready, ConnState::Open),
+        let (wire, failed) = match ep.flush() {
+            Ok(Started::Pending(r)) => (Wire::Flushing(r), None),
+            Ok(Started::Done(())) => (Wire::Ready, None),
             Err(e) => {
                 tracing::warn!(error = %e, "flushing a new endpoint failed");
-                (Wire::Ready, ConnState::Down(Some(e)))
+                (Wire::Ready, Some(e))
             }
         };
-        self.conns.push(Conn {
-            key: ep.key(),
+        let key = ep.key();
+        let io = Io {
             ep: Some(ep),
-            session: Box::new(Session::new(role, &self.identity, self.registry.layout())),
-            state,
-            told_up: false,
             wire,
             early: VecDeque::new(),
             early_bytes: 0,
             ctl_inflight: Vec::new(),
-            routes: Vec::new(),
-            deadlines: Deadlines::new(self.clock.now_ms(), self.live.now()),
             withhold_acks: false,
-            closed_for: None,
-            window_ms: self.clock.now_ms(),
-            control_in_window: 0,
-            unwanted_in_window: 0,
-        });
-        if let ConnState::Down(Some(e)) = state {
-            self.fail_ep(self.conns.len() - 1, e);
+        };
+        let (now, live) = (self.clock.now_ms(), self.live.now());
+        let layout = self.registry.layout();
+        let i = self
+            .conns
+            .add(key, role, &self.identity, layout, now, live, io);
+        self.conns.refresh_routes(i, &self.libs);
+        if let Some(e) = failed {
+            self.conns.failed(i, e, &mut self.libs);
+            self.fail_ep(i, e);
         }
     }
 
@@ -927,7 +804,6 @@ impl Node {
         for f in self.take_unattached(key) {
             self.on_control(key, &f);
         }
-        self.reindex();
         Ok(())
     }
 
@@ -939,10 +815,7 @@ impl Node {
         self.conns
             .iter()
             .find(|c| {
-                c.key == key
-                    && c.ep.is_some()
-                    && c.state == ConnState::Open
-                    && c.session.is_established()
+                c.key() == key && c.io.ep.is_some() && c.is_open() && c.session().is_established()
             })
             .and_then(Conn::peer)
     }
@@ -969,14 +842,10 @@ impl Node {
             op: "endpoint detached by the host",
             status: Status::CANCELED,
         };
-        if let Some(i) = self
-            .conns
-            .iter()
-            .position(|c| c.key == key && c.ep.is_some())
-        {
-            match self.conns[i].state {
-                ConnState::Open => self.cut_off(i, Some(CloseReason::Normal)),
-                _ => self.retire_ep(i),
+        if let Some(i) = self.conns.find(key, |c| c.io.ep.is_some()) {
+            match self.conns.get(i).is_open() {
+                true => self.cut_off(i, Some(CloseReason::Normal)),
+                false => self.retire_ep(i),
             }
         }
         if let Some(j) = self.closing.iter().position(|c| c.key == key) {
@@ -984,7 +853,6 @@ impl Node {
             self.abandon_ep(c.key, c.ep, c.waits, c.peer, detached);
         }
         self.take_unattached(key);
-        self.reindex();
         Ok(())
     }
 
@@ -1002,7 +870,6 @@ impl Node {
         // At once (a shared node queues it for its next `progress`): the endpoint is detached
         // from here on, and a later `detach` of it is harmless.
         self.on_ep_error(EpKey::of(ep), e);
-        self.reindex();
     }
 
     /// Where a shared node ([`crate::shared::SharedNode`]) reports failures without its lock.
@@ -1048,11 +915,8 @@ impl Node {
 
     /// Hostile-peer hook for tests: sends raw bytes as a control frame to `peer`.
     pub fn inject_control(&mut self, peer: u64, bytes: &[u8]) -> Result<(), NodeError> {
-        let i = self.conn_index(peer)?;
-        let ep = self.conns[i]
-            .ep
-            .as_ref()
-            .ok_or(NodeError::NoConnection { peer })?;
+        let i = self.conns.serving(peer)?;
+        let ep = (self.conns.get(i).io.ep.as_ref()).ok_or(NodeError::NoConnection { peer })?;
         if let Started::Pending(r) = ep.am_send(self.control_am, bytes.to_vec())? {
             self.background.push(r);
         }
@@ -1064,9 +928,8 @@ impl Node {
     /// `None` until the connection is established, which is only after the endpoint's wire-up
     /// has finished (U1): a send on it is never exposed to openucx/ucx#6872.
     pub fn endpoint_to(&self, peer: u64) -> Option<&Endpoint> {
-        self.conn_index(peer)
-            .ok()
-            .and_then(|i| self.conns[i].ep.as_ref())
+        let i = self.conns.serving(peer).ok()?;
+        self.conns.get(i).io.ep.as_ref()
     }
 
     /// The fast path: the endpoint to `peer` and the tag for `payload` in `lib`'s namespace
@@ -1090,14 +953,12 @@ impl Node {
         peer: u64,
         tag: impl FnOnce(&Namespace<'static, CAP>, Route) -> Result<Tag, TagError>,
     ) -> Result<Option<(&Endpoint, u64)>, NodeError> {
-        let i = self.conn_index(peer)?;
-        let c = &self.conns[i];
-        let ns = self.libs.ns(lib)?;
-        let Some(route) = c.route(lib, ns) else {
+        let Some((i, route)) = self.conns.route(&self.libs, lib, peer)? else {
             return Ok(None);
         };
-        let ep = c.ep.as_ref().ok_or(NodeError::NoConnection { peer })?;
-        Ok(Some((ep, tag(ns, route)?.raw())))
+        let ep = self.conns.get(i).io.ep.as_ref();
+        let ep = ep.ok_or(NodeError::NoConnection { peer })?;
+        Ok(Some((ep, tag(self.libs.ns(lib)?, route)?.raw())))
     }
 
     /// [`route_tag`](Self::route_tag) for the peer's inbox tag of `lib` ("a new transmission
@@ -1108,43 +969,6 @@ impl Node {
         peer: u64,
     ) -> Result<Option<(&Endpoint, u64)>, NodeError> {
         self.routed(lib, peer, |ns, route| ns.remote_inbox(route))
-    }
-
-    /// Recomputes connection `i`'s route cache from its session's directory.
-    fn refresh_routes(&mut self, i: usize) {
-        let c = &mut self.conns[i];
-        c.routes.clear();
-        c.routes.resize(self.libs.slots(), None);
-        for (lib, l) in self.libs.iter() {
-            c.routes[lib.0] = c.session.route(l.ns());
-        }
-    }
-
-    fn conn_index(&self, peer: u64) -> Result<usize, NodeError> {
-        let serves = |c: &Conn| {
-            c.state == ConnState::Open && c.session.is_established() && c.peer() == Some(peer)
-        };
-        if let Some(&i) = self.serving.get(&peer) {
-            if self.conns.get(i).is_some_and(serves) {
-                return Ok(i);
-            }
-        }
-        self.conns
-            .iter()
-            .position(serves)
-            .ok_or(NodeError::NoConnection { peer })
-    }
-
-    /// Rebuilds the `serving` hint (after a connection was established, superseded or closed).
-    fn reindex(&mut self) {
-        self.serving.clear();
-        for (i, c) in self.conns.iter().enumerate() {
-            if let (ConnState::Open, true, Some(p)) =
-                (c.state, c.session.is_established(), c.peer())
-            {
-                self.serving.entry(p).or_insert(i);
-            }
-        }
     }
 
     fn new_op(&mut self, op: Op) -> OpId {
@@ -1297,7 +1121,7 @@ impl Node {
     /// whose failure ends the wait. Receives of other peers are never touched, and
     /// [`cancel`](Self::cancel) keeps UCX's meaning for every receive.
     pub fn recv_from(&mut self, lib: LibId, peer: u64, payload: u64, max_len: usize) -> OpId {
-        if let Some(cause @ Some(_)) = self.failed_peer(peer) {
+        if let Some(cause @ Some(_)) = self.conns.failed_peer(peer) {
             let r = self.finish(lib, Err(NodeError::PeerDown { peer, cause }), false);
             return self.new_op(r);
         }
@@ -1310,66 +1134,6 @@ impl Node {
             Err(e) => self.finish(lib, Err(e), false),
         };
         self.new_op(op)
-    }
-
-    /// `Some(cause)` when `peer` has no open connection and one to it went down (`cause` is
-    /// UCX's error for a failure, `None` for an orderly close).
-    fn failed_peer(&self, peer: u64) -> Option<Option<UcxError>> {
-        if self.live_connections_to(peer) > 0 {
-            return None;
-        }
-        let mut closed = self.gone.get(&peer).copied();
-        if let Some(Some(e)) = closed {
-            return Some(Some(e));
-        }
-        for c in &self.conns {
-            match c.state {
-                ConnState::Down(Some(e)) if c.peer() == Some(peer) => return Some(Some(e)),
-                ConnState::Down(None) if c.peer() == Some(peer) => closed = Some(None),
-                _ => {}
-            }
-        }
-        closed
-    }
-
-    /// D5: removes connections that are closed and whose endpoint is gone, remembering how
-    /// their peers went (`gone`), so that memory and `connection_count()` do not grow with
-    /// connection churn.
-    fn forget_closed(&mut self) {
-        let mut went = Vec::new();
-        let unpins = &mut self.unpins;
-        let now = self.clock.now_ms();
-        self.conns.retain_mut(|c| {
-            let keep = c.ep.is_some() || c.state == ConnState::Open;
-            if let (false, ConnState::Down(cause), Some(p)) = (keep, c.state, c.peer()) {
-                went.push((p, cause));
-            }
-            if !keep {
-                // R7: its confirmed withdrawals are due now; its other pins after the linger
-                // (what the peer sent before it saw the end may still arrive).
-                unpins.connection_ended(&mut c.session, now);
-            }
-            keep
-        });
-        for (peer, cause) in went {
-            match self.gone.get_mut(&peer) {
-                Some(old) => {
-                    if cause.is_some() {
-                        *old = cause;
-                    }
-                }
-                None => {
-                    if self.gone_order.len() >= GONE_PEERS_MAX {
-                        if let Some(oldest) = self.gone_order.pop_front() {
-                            self.gone.remove(&oldest);
-                        }
-                    }
-                    self.gone.insert(peer, cause);
-                    self.gone_order.push_back(peer);
-                }
-            }
-        }
-        self.reindex();
     }
 
     fn post_recv(
@@ -1479,7 +1243,7 @@ impl Node {
                 None => Op::Receiving { lib, req, from },
                 Some(Err(e)) if e.status == crate::ucp::Status::CANCELED => {
                     // Cancelled because its peer closed (see `recv_from`), or by the library.
-                    let e = match from.and_then(|p| Some((p, self.failed_peer(p)?))) {
+                    let e = match from.and_then(|p| Some((p, self.conns.failed_peer(p)?))) {
                         Some((peer, cause)) => NodeError::PeerDown { peer, cause },
                         None => e.into(),
                     };
@@ -1530,23 +1294,20 @@ impl Node {
         target: Target,
         data: Vec<u8>,
     ) -> Result<Sent, NodeError> {
-        let i = match self.conn_index(peer) {
-            Ok(i) => i,
-            Err(_) => {
-                // A connection to this peer that went down: fail now (D3). Otherwise it may
-                // still be handshaking: wait, like for a name not yet announced.
-                return match self.failed_peer(peer) {
-                    Some(cause) => Err(NodeError::PeerDown { peer, cause }),
-                    None => Ok(Sent::NoConnection(data)),
-                };
+        let (i, route) = match self.conns.route(&self.libs, lib, peer) {
+            Ok(Some(found)) => found,
+            Ok(None) => return Ok(Sent::NoRoute(data)),
+            // The peer's connections all ended: fail now (D3). Otherwise one may still be
+            // handshaking: wait, like for a name not yet announced.
+            Err(NodeError::NoConnection { .. }) => {
+                self.conns.blocked(peer)?;
+                return Ok(Sent::NoConnection(data));
             }
+            Err(e) => return Err(e),
         };
         let ns = self.libs.ns(lib)?;
-        let c = &self.conns[i];
-        let Some(route) = c.route(lib, ns) else {
-            return Ok(Sent::NoRoute(data));
-        };
-        let ep = c.ep.as_ref().ok_or(NodeError::NoConnection { peer })?;
+        let c = self.conns.get(i);
+        let ep = c.io.ep.as_ref().ok_or(NodeError::NoConnection { peer })?;
         let started = match target {
             Target::Data(p) => ep.tag_send(ns.remote_tag(route, p)?.raw(), data)?,
             Target::Inbox => ep.tag_send(ns.remote_inbox(route)?.raw(), data)?,
@@ -1554,7 +1315,7 @@ impl Node {
         };
         Ok(match started {
             Started::Done(_) => Sent::Complete,
-            Started::Pending(req) => Sent::InFlight(req, c.key),
+            Started::Pending(req) => Sent::InFlight(req, c.key()),
         })
     }
 
@@ -1605,20 +1366,16 @@ impl Node {
         for id in ids {
             self.advance_op(id);
         }
-        for c in &mut self.conns {
-            c.ctl_inflight.retain_mut(|r| r.test().is_none());
+        for c in self.conns.iter_mut() {
+            c.io.ctl_inflight.retain_mut(|r| r.test().is_none());
         }
         self.end_lingering();
         self.expire_deadlines();
         self.close_retired();
         self.background.retain_mut(|r| r.test().is_none());
-        if self
-            .conns
-            .iter()
-            .any(|c| c.ep.is_none() && c.state != ConnState::Open)
-        {
-            self.forget_closed();
-        }
+        let now = self.clock.now_ms();
+        self.conns
+            .forget(|c| c.io.ep.is_none(), &mut self.unpins, now);
         let now = self.clock.now_ms();
         if self.host.is_some() {
             // Coexistence: the host's libraries own every tag tagspace does not; nothing is
@@ -1666,9 +1423,6 @@ impl Node {
             failed = true;
             self.on_ep_error(key, e);
         }
-        if failed {
-            self.reindex();
-        }
         failed
     }
 
@@ -1689,28 +1443,20 @@ impl Node {
             self.abandon_ep(c.key, c.ep, c.waits, c.peer, e);
             return;
         }
-        let Some(i) = self
-            .conns
-            .iter()
-            .position(|c| c.key == key && c.ep.is_some())
-        else {
+        let Some(i) = self.conns.find(key, |c| c.io.ep.is_some()) else {
             return;
         };
-        if matches!(self.conns[i].state, ConnState::Superseded { .. }) {
+        if let LinkState::Superseded { .. } = self.conns.get(i).state() {
             // The peer closed its side of a superseded connection: expected, not a failure.
             self.fail_ep(i, e);
             return;
         }
         self.stats.endpoint_failures += 1;
-        let peer = self.conns[i].peer();
-        tracing::warn!(peer = ?peer, error = %e, "endpoint failed");
-        let was_open = self.conns[i].state == ConnState::Open;
-        self.conns[i].state = ConnState::Down(Some(e));
+        tracing::warn!(peer = ?self.conns.get(i).peer(), error = %e, "endpoint failed");
+        let gone = self.conns.failed(i, e, &mut self.libs);
         self.fail_ep(i, e);
-        if let (true, Some(peer)) = (was_open, peer) {
-            if self.conns[i].told_up && self.live_connections_to(peer) == 0 {
-                self.peer_gone(peer, Some(e), None);
-            }
+        if let Some(gone) = gone {
+            self.peer_gone(gone);
         }
     }
 
@@ -1718,14 +1464,15 @@ impl Node {
     /// endpoint's requests in progress for ever — a shared-memory lane to a dead peer is never
     /// discarded), and the endpoint is force-closed at once.
     fn fail_ep(&mut self, i: usize, e: UcxError) {
-        let c = &mut self.conns[i];
-        let waits = std::mem::take(&mut c.ctl_inflight);
-        if let Wire::Flushing(_) = c.wire {
-            c.wire = Wire::Ready;
+        let c = self.conns.get_mut(i);
+        let (key, peer) = (c.key(), c.peer());
+        let io = &mut c.io;
+        let waits = std::mem::take(&mut io.ctl_inflight);
+        if let Wire::Flushing(_) = io.wire {
+            io.wire = Wire::Ready;
         }
-        c.early.clear();
-        let (key, peer) = (c.key, c.peer());
-        if let Some(ep) = c.ep.take() {
+        io.early.clear();
+        if let Some(ep) = io.ep.take() {
             self.abandon_ep(key, ep, waits, peer, e);
         }
     }
@@ -1753,14 +1500,10 @@ impl Node {
         drop(ep.close(true));
     }
 
-    /// `peer` has no connection left: tell the listening libraries, and end the receives that
-    /// said they wait for it ([`Node::recv_from`]).
-    fn peer_gone(&mut self, peer: u64, cause: Option<UcxError>, reason: Option<CloseReason>) {
-        self.libs.tell(&PeerEvent::Down {
-            peer,
-            cause,
-            reason,
-        });
+    /// `peer` has no connection left (the engine has told the listening libraries): end the
+    /// receives that said they wait for it ([`Node::recv_from`]).
+    fn peer_gone(&mut self, gone: engine::PeerGone<UcxError>) {
+        let engine::PeerGone { peer, cause } = gone;
         let waiting: Vec<OpId> = self
             .ops
             .iter()
@@ -1813,28 +1556,27 @@ impl Node {
     fn poll_wireup(&mut self) -> bool {
         let mut busy = false;
         for i in 0..self.conns.len() {
-            let Wire::Flushing(req) = &mut self.conns[i].wire else {
+            let io = &mut self.conns.get_mut(i).io;
+            let Wire::Flushing(req) = &mut io.wire else {
                 continue;
             };
             match req.test() {
                 None => continue,
                 Some(Ok(_)) => {
                     busy = true;
-                    self.conns[i].wire = Wire::Ready;
-                    let early = std::mem::take(&mut self.conns[i].early);
-                    self.conns[i].early_bytes = 0;
+                    io.wire = Wire::Ready;
+                    let early = std::mem::take(&mut io.early);
+                    io.early_bytes = 0;
                     for frame in early {
                         self.on_control_at(i, &frame);
                     }
-                    self.reindex();
                 }
                 Some(Err(e)) => {
                     busy = true;
-                    self.conns[i].wire = Wire::Ready;
+                    io.wire = Wire::Ready;
                     tracing::warn!(error = %e, "a new endpoint failed while wiring up");
-                    let key = self.conns[i].key;
+                    let key = self.conns.get(i).key();
                     self.on_ep_error(key, e);
-                    self.reindex();
                 }
             }
         }
@@ -1866,7 +1608,6 @@ impl Node {
                     if self.charge(Some(key), Charge::Control) {
                         self.on_control(key, &am.data);
                     }
-                    self.reindex();
                 }
                 None => tracing::warn!("control frame without a reply endpoint dropped"),
             }
@@ -1890,32 +1631,16 @@ impl Node {
         let Some(key) = from else {
             return true;
         };
-        let Some(i) = self
-            .conns
-            .iter()
-            .position(|c| c.key == key && c.ep.is_some() && c.state == ConnState::Open)
-        else {
+        let Some(i) = self.conns.find(key, |c| c.io.ep.is_some() && c.is_open()) else {
             return true;
         };
-        let now = self.clock.now_ms();
-        let c = &mut self.conns[i];
-        if now >= c.window_ms.saturating_add(1000) {
-            c.window_ms = now;
-            c.control_in_window = 0;
-            c.unwanted_in_window = 0;
-        }
-        let (count, max) = match what {
-            Charge::Control => (&mut c.control_in_window, self.limits.control_per_s),
-            Charge::Unwanted => (&mut c.unwanted_in_window, self.limits.unwanted_am_per_s),
-        };
-        *count = count.saturating_add(1);
-        if *count <= max {
+        if self.conns.charge(i, self.clock.now_ms(), what, self.limits) {
             return true;
         }
         tracing::warn!(
-            peer = ?c.session.peer().map(|p| p.token),
+            peer = ?self.conns.get(i).peer(),
             ?what,
-            limit = max,
+            limits = ?self.limits,
             "peer sent more than its per-second limit; closing its connection"
         );
         self.stats.flood_closes += 1;
@@ -1924,11 +1649,7 @@ impl Node {
     }
 
     fn on_control(&mut self, key: EpKey, bytes: &[u8]) {
-        let Some(i) = self
-            .conns
-            .iter()
-            .position(|c| c.key == key && c.ep.is_some())
-        else {
+        let Some(i) = self.conns.find(key, |c| c.io.ep.is_some()) else {
             if self.host.is_some() {
                 // The host may attach this endpoint later: keep the frame (bounded).
                 self.keep_unattached(key, bytes);
@@ -1937,84 +1658,78 @@ impl Node {
             tracing::warn!("control frame from an unknown endpoint dropped");
             return;
         };
-        let c = &mut self.conns[i];
-        if c.state == ConnState::Open && matches!(c.wire, Wire::Flushing(_)) {
+        let c = self.conns.get_mut(i);
+        let open = c.is_open();
+        let io = &mut c.io;
+        if open && matches!(io.wire, Wire::Flushing(_)) {
             // U1: handled once this side can answer; bounded (D5).
-            if c.early.len() >= EARLY_FRAMES_MAX || c.early_bytes + bytes.len() > EARLY_BYTES_MAX {
+            if io.early.len() >= EARLY_FRAMES_MAX || io.early_bytes + bytes.len() > EARLY_BYTES_MAX
+            {
                 tracing::warn!(
-                    frames = c.early.len(),
-                    bytes = c.early_bytes,
+                    frames = io.early.len(),
+                    bytes = io.early_bytes,
                     "peer sent too many control frames before wire-up; closing its connection"
                 );
                 self.stats.early_overflows += 1;
-                self.close_conn(i, ConnState::Down(None));
+                self.close_conn(i, None);
                 return;
             }
-            c.early_bytes += bytes.len();
-            c.early.push_back(bytes.to_vec());
+            io.early_bytes += bytes.len();
+            io.early.push_back(bytes.to_vec());
             return;
         }
         self.on_control_at(i, bytes);
     }
 
+    /// Carries out what the engine decided for a control frame on connection `i`.
     fn on_control_at(&mut self, i: usize, bytes: &[u8]) {
-        if self.conns[i].state != ConnState::Open {
-            return;
-        }
-        let handled = self.conns[i].session.handle(bytes);
-        self.refresh_routes(i);
-        match handled {
-            Ok(Some(Event::Established { peer_token })) => {
-                tracing::info!(peer = peer_token, "connection established");
-                self.settle_duplicates(peer_token);
-                if self.conns[i].state == ConnState::Open {
-                    self.conns[i].told_up = true;
-                    if self.live_connections_to(peer_token) == 1 {
-                        self.libs.tell(&PeerEvent::Up { peer: peer_token });
-                    }
+        match self
+            .conns
+            .on_control(i, bytes, self.clock.now_ms(), &mut self.libs)
+        {
+            Control::Handled => {}
+            Control::Established { peer, superseded } => {
+                tracing::info!(peer, "connection established");
+                for k in superseded {
+                    tracing::info!(
+                        peer,
+                        "duplicate connection superseded (simultaneous connect)"
+                    );
+                    self.flush_conn(k); // its CLOSE; the endpoint lingers
                 }
             }
-            Ok(Some(Event::Closed { reason })) => {
-                let peer = self.conns[i].peer();
-                tracing::info!(?peer, ?reason, "peer closed the connection");
-                self.conns[i].closed_for = Some(reason);
-                match after_peer_close(reason) {
-                    // The peer settled the duplicate first; linger like it does.
-                    AfterClose::Linger => self.supersede(i),
+            Control::PeerClosed(then) => {
+                let c = self.conns.get(i);
+                tracing::info!(peer = ?c.peer(), reason = ?c.closed_for(), "peer closed the connection");
+                match then {
+                    // The peer settled the duplicate first: out of service, lingering.
+                    AfterClose::Linger => {}
                     AfterClose::AbandonAndClose => {
                         self.abandon_ops(i);
-                        self.close_conn(i, ConnState::Down(None));
+                        self.close_conn(i, None);
                     }
-                    AfterClose::Close => self.close_conn(i, ConnState::Down(None)),
+                    AfterClose::Close => self.close_conn(i, None),
                 }
             }
-            Ok(_) => {}
-            Err(e) => {
+            Control::ProtocolError(e) => {
                 // The session queued a CLOSE naming the reason; flush sends it, then we close.
                 tracing::warn!(error = %e, "protocol error from peer; closing its connection");
                 self.stats.protocol_errors += 1;
                 if matches!(e, SessionError::Unproven { .. }) {
                     self.stats.unproven += 1;
                 }
-                if self.protocol_errors.len() == PROTOCOL_ERRORS_KEPT {
-                    self.protocol_errors.remove(0);
-                }
-                self.protocol_errors.push(e);
                 self.cut_off(i, None);
             }
         }
     }
 
-    fn close_conn(&mut self, i: usize, state: ConnState) {
-        let peer = self.conns[i].peer();
-        let told = self.conns[i].told_up;
-        let reason = self.conns[i].closed_for;
-        self.conns[i].state = state;
+    /// Connection `i` ended (`cause`: the failure, `None` for a close): its endpoint is
+    /// retired, and if it was the peer's last, what waits for the peer ends.
+    fn close_conn(&mut self, i: usize, cause: Option<UcxError>) {
+        let gone = self.conns.end(i, cause, &mut self.libs);
         self.retire_ep(i);
-        if let (true, Some(peer), ConnState::Down(cause)) = (told, peer, state) {
-            if self.live_connections_to(peer) == 0 {
-                self.peer_gone(peer, cause, reason);
-            }
+        if let Some(gone) = gone {
+            self.peer_gone(gone);
         }
     }
 
@@ -2024,7 +1739,7 @@ impl Node {
     /// peer if this is the peer's last connection, end now with `PeerDown` (their requests
     /// are parked until UCX lets them go, as for a failed endpoint, D3).
     fn abandon_ops(&mut self, i: usize) {
-        let (key, peer) = (self.conns[i].key, self.conns[i].peer());
+        let (key, peer) = (self.conns.get(i).key(), self.conns.get(i).peer());
         let last = peer.is_some_and(|p| self.live_connections_to(p) <= 1);
         let doomed: Vec<OpId> = self
             .ops
@@ -2043,13 +1758,14 @@ impl Node {
 
     /// Takes the endpoint out of service; it is closed once its requests have finished.
     fn retire_ep(&mut self, i: usize) {
-        let c = &mut self.conns[i];
-        if let Some(ep) = c.ep.take() {
+        let c = self.conns.get_mut(i);
+        let (key, peer) = (c.key(), c.peer());
+        if let Some(ep) = c.io.ep.take() {
             self.closing.push(Closing {
-                key: c.key,
+                key,
                 ep,
-                peer: c.session.peer().map(|p| p.token),
-                waits: std::mem::take(&mut c.ctl_inflight),
+                peer,
+                waits: std::mem::take(&mut c.io.ctl_inflight),
             });
         }
     }
@@ -2079,43 +1795,13 @@ impl Node {
         }
     }
 
-    /// P4: of several established connections to one peer, keep the tie-break's survivor. A
-    /// lone connection is kept whoever opened it.
-    fn settle_duplicates(&mut self, peer: u64) {
-        let mut losers = Vec::new();
-        engine::superseded(&self.conns, peer, &mut losers);
-        for i in losers {
-            tracing::info!(
-                peer,
-                "duplicate connection superseded (simultaneous connect)"
-            );
-            self.conns[i].session.close(CloseReason::Superseded);
-            self.flush_conn(i);
-            self.supersede(i);
-        }
-    }
-
-    /// Takes connection `i` out of service (no new sends pick it) but keeps its endpoint open
-    /// for [`SUPERSEDED_LINGER_MS`], so what either side sent on it before settling arrives.
-    fn supersede(&mut self, i: usize) {
-        self.conns[i].state = ConnState::Superseded {
-            until_ms: self.clock.now_ms() + SUPERSEDED_LINGER_MS,
-        };
-    }
-
-    /// Retires superseded endpoints whose linger time is over.
     /// Closes connection `i` in order: the session's CLOSE (with `reason`, or the one the
     /// session already queued) goes out after anything queued before it, then the endpoint
     /// closes. The one way a node cuts a peer off.
     fn cut_off(&mut self, i: usize, reason: Option<CloseReason>) {
-        if let Some(reason) = reason {
-            self.conns[i].session.close(reason);
-        }
-        if let Phase::Closing(r) = self.conns[i].session.phase() {
-            self.conns[i].closed_for = Some(r);
-        }
+        self.conns.cut_off(i, reason);
         self.flush_conn(i);
-        self.close_conn(i, ConnState::Down(None));
+        self.close_conn(i, None);
     }
 
     /// The per-connection deadlines, one pass:
@@ -2127,24 +1813,17 @@ impl Node {
     /// - the heartbeat ([`Liveness`]): a PING due goes out, one unanswered for too long closes
     ///   the connection.
     fn expire_deadlines(&mut self) {
-        let mut due = Vec::new();
         let now = self.clock.now_ms();
-        engine::sweep(
-            &mut self.conns,
-            &mut self.live,
-            now,
-            self.liveness,
-            &mut due,
-        );
+        let due = self.conns.sweep(&mut self.live, now, self.liveness);
         for (i, check) in due {
             let Check::Expired(why) = check else {
                 self.flush_conn(i); // a PING was queued
                 continue;
             };
-            let c = &self.conns[i];
+            let c = self.conns.get(i);
             tracing::warn!(
                 peer = ?c.peer(),
-                claimed = ?c.session.claimed_token(),
+                claimed = ?c.session().claimed_token(),
                 ?why,
                 "connection deadline passed; closing the connection"
             );
@@ -2164,31 +1843,27 @@ impl Node {
     /// that never answers would.
     #[doc(hidden)]
     pub fn withhold_acks_for_test(&mut self, peer: u64) -> Result<(), NodeError> {
-        let i = self.conn_index(peer)?;
-        self.conns[i].withhold_acks = true;
+        let i = self.conns.serving(peer)?;
+        self.conns.get_mut(i).io.withhold_acks = true;
         Ok(())
     }
 
     fn end_lingering(&mut self) {
         let now = self.clock.now_ms();
-        for i in 0..self.conns.len() {
-            let c = &self.conns[i];
-            if matches!(c.state, ConnState::Superseded { until_ms } if now >= until_ms)
-                && c.ep.is_some()
-            {
-                self.retire_ep(i);
-            }
+        let over: Vec<usize> = self.conns.lingered(now).collect();
+        for i in over {
+            self.retire_ep(i); // once: it takes the endpoint
         }
     }
 
     fn flush_conn(&mut self, i: usize) -> bool {
         let mut sent = false;
-        let c = &mut self.conns[i];
-        let (Some(ep), Wire::Ready) = (c.ep.as_ref(), &c.wire) else {
+        let (session, io) = self.conns.get_mut(i).parts();
+        let (Some(ep), Wire::Ready) = (io.ep.as_ref(), &io.wire) else {
             return false;
         };
-        while let Ok(Some(n)) = c.session.poll_transmit(self.registry, &mut self.buf) {
-            if c.withhold_acks
+        while let Ok(Some(n)) = session.poll_transmit(self.registry, &mut self.buf) {
+            if io.withhold_acks
                 && matches!(
                     tagspace_core::wire::decode(&self.buf[..n]),
                     Ok(tagspace_core::wire::Frame::WithdrawAck { .. })
@@ -2203,7 +1878,7 @@ impl Node {
                 self.stats.control_sent += 1;
             }
             match ep.am_send(self.control_am, self.buf[..n].to_vec()) {
-                Ok(Started::Pending(r)) => c.ctl_inflight.push(r),
+                Ok(Started::Pending(r)) => io.ctl_inflight.push(r),
                 Ok(Started::Done(_)) => {}
                 Err(e) => {
                     tracing::warn!(error = %e, "sending a control frame failed");
@@ -2213,14 +1888,14 @@ impl Node {
         }
         // R7: the tag half of each withdrawal acknowledgement, posted after every tag message
         // this node has already posted on the endpoint (so UCX delivers it after them).
-        while let Some(tag) = c.session.poll_ack_tag(self.registry.layout()) {
-            if c.withhold_acks {
+        while let Some(tag) = session.poll_ack_tag(self.registry.layout()) {
+            if io.withhold_acks {
                 continue;
             }
             sent = true;
             self.stats.acks_sent += 1;
             match ep.tag_send(tag, Vec::new()) {
-                Ok(Started::Pending(r)) => c.ctl_inflight.push(r),
+                Ok(Started::Pending(r)) => io.ctl_inflight.push(r),
                 Ok(Started::Done(_)) => {}
                 Err(e) => tracing::warn!(error = %e, "sending a withdrawal ack failed"),
             }
@@ -2289,23 +1964,13 @@ impl Node {
     /// Host mode: one exact receive per ack tag some session waits for; receives nobody waits
     /// for any more are cancelled. Returns whether it changed anything.
     fn sync_ack_recvs(&mut self) -> bool {
-        let awaiting = self
+        let layout = self.registry.layout();
+        let wanted: std::collections::HashSet<u64> = self
             .conns
-            .iter()
-            .any(|c| c.ep.is_some() && c.session.awaiting_acks() > 0);
-        if !awaiting && self.ack_exact.is_empty() {
+            .awaited_ack_tags(layout, |io| io.ep.is_some())
+            .collect();
+        if wanted.is_empty() && self.ack_exact.is_empty() {
             return false;
-        }
-        let layout = *self.registry.layout();
-        let mut wanted = std::collections::HashSet::new();
-        for c in self.conns.iter().filter(|c| c.ep.is_some()) {
-            if c.session.awaiting_acks() > 0 {
-                wanted.extend(
-                    c.session
-                        .awaited_ack_tags()
-                        .map(|(id, seq)| wire::ack_tag(&layout, id, seq)),
-                );
-            }
         }
         let before = self.ack_exact.len();
         // Dropping a receive cancels it (and parks it until UCX lets it go).
@@ -2327,13 +1992,8 @@ impl Node {
     }
 
     fn on_ack_tag(&mut self, tag: u64) {
-        let layout = *self.registry.layout();
-        let claimed = tagspace_core::wire::parse_ack_tag(&layout, tag).is_some_and(|(id, seq)| {
-            self.conns
-                .iter_mut()
-                .any(|c| c.ep.is_some() && c.session.on_ack_tag(id, seq))
-        });
-        if claimed {
+        let layout = self.registry.layout();
+        if (self.conns).claim_ack_tag(layout, tag, |io| io.ep.is_some()) {
             self.stats.acks_received += 1;
         } else {
             // Unknown, stale or forged: nobody's withdrawal is waiting for it.
@@ -2352,7 +2012,7 @@ impl Node {
     /// confirmation came. A host library's tags (ucxx hashes them over all 64 bits) fall in
     /// any namespace id, so a partial-mask removal could steal them.
     fn release_confirmed(&mut self) -> bool {
-        let confirmed = self.unpins.collect_confirmed(&mut self.conns);
+        let confirmed = self.unpins.collect_confirmed(self.conns.as_mut_slice());
         let owner = match self.host {
             Some(_) => QueueOwner::Host {
                 look_every_ms: DRAIN_INTERVAL_MS,
@@ -2390,7 +2050,7 @@ impl Node {
     fn flush(&mut self) -> bool {
         let mut sent = false;
         for i in 0..self.conns.len() {
-            if self.conns[i].state == ConnState::Open {
+            if self.conns.get(i).is_open() {
                 sent |= self.flush_conn(i);
             }
         }
@@ -2478,10 +2138,10 @@ impl Node {
     /// until UCX is done or `timeout_ms` passes.
     pub fn shutdown(&mut self, timeout_ms: u64) {
         for i in 0..self.conns.len() {
-            if self.conns[i].state == ConnState::Open {
-                self.cut_off(i, Some(CloseReason::Normal));
-            } else if matches!(self.conns[i].state, ConnState::Superseded { .. }) {
-                self.retire_ep(i);
+            match self.conns.get(i).state() {
+                LinkState::Open => self.cut_off(i, Some(CloseReason::Normal)),
+                LinkState::Superseded { .. } => self.retire_ep(i),
+                LinkState::Down(_) => {}
             }
         }
         let start = Instant::now();
@@ -2499,21 +2159,7 @@ impl Drop for Node {
     /// Gives back every pin this node's sessions hold (R7): its worker goes with it, so nothing
     /// more can arrive here for those ids.
     fn drop(&mut self) {
-        let sessions = self.conns.iter_mut().map(|c| &mut *c.session);
-        self.unpins.release_all(self.registry, sessions);
-    }
-}
-
-impl Conn {
-    fn peer(&self) -> Option<u64> {
-        self.session.peer().map(|p| p.token)
-    }
-
-    /// The cached route for `lib` (see `routes`); `ns` is `lib`'s namespace, for the debug check.
-    fn route(&self, lib: LibId, ns: &Namespace<'static, CAP>) -> Option<Route> {
-        let r = self.routes.get(lib.0).copied().flatten();
-        debug_assert_eq!(r, self.session.route(ns), "stale route cache");
-        r
+        self.conns.release_all(self.registry, &mut self.unpins);
     }
 }
 

@@ -31,6 +31,13 @@ use crate::wire::CloseReason;
 use core::fmt;
 
 #[cfg(feature = "alloc")]
+mod conns;
+#[cfg(feature = "alloc")]
+pub use conns::{
+    Blocked, Charge, Connection, Connections, Control, LinkState, PeerGone, PeerLimits, TokenHash,
+    TokenHasher, GONE_PEERS_MAX, PROTOCOL_ERRORS_KEPT, SUPERSEDED_LINGER_MS,
+};
+#[cfg(feature = "alloc")]
 mod libraries;
 #[cfg(feature = "alloc")]
 pub use libraries::{AmDelivery, Libraries, Library};

@@ -1,0 +1,929 @@
+//! The node's connection table (feature `alloc`): every connection's session, state,
+//! deadlines, route cache and flood window, keyed by an opaque adapter key, with the peer index
+//! the send path looks up and the record of peers gone — and the protocol decisions on them
+//! (P1–P5, D3, D5), made here once. The adapter keeps its transport state for each connection
+//! in [`Connection::io`] and carries out what the engine's answers say (send these frames,
+//! retire that endpoint, end these operations).
+
+use super::{
+    after_peer_close, AfterClose, Check, Deadlines, LibId, Libraries, Link, LiveClock, Liveness,
+    NodeError, PeerEvent,
+};
+use crate::identity::Identity;
+use crate::layout::TagLayout;
+use crate::namespace::Route;
+use crate::session::{Event, Phase, Session, SessionError};
+use crate::wire::{self, CloseReason, Role};
+use alloc::boxed::Box;
+use alloc::collections::VecDeque;
+use alloc::vec::Vec;
+use core::hash::{BuildHasher, Hasher};
+
+/// How long (ms) a connection that lost the simultaneous-connect tie-break (P4) keeps its
+/// endpoint open after it was taken out of service, so that what either side sent on it before
+/// settling still arrives.
+pub const SUPERSEDED_LINGER_MS: u64 = 2000;
+
+/// How many peers gone (every connection closed and forgotten) a node remembers, and how, so
+/// that a send to one fails at once instead of waiting for a connection (D3, D5).
+pub const GONE_PEERS_MAX: usize = 4096;
+
+/// How many control-plane errors from peers a node keeps for [`Connections::protocol_errors`].
+pub const PROTOCOL_ERRORS_KEPT: usize = 64;
+
+/// A connection's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkState<E> {
+    /// In service (handshaking or established).
+    Open,
+    /// Lost the simultaneous-connect tie-break: out of service; its endpoint stays open until
+    /// `until_ms` ([`SUPERSEDED_LINGER_MS`]), then is retired.
+    Superseded {
+        /// Adapter time at which the linger ends.
+        until_ms: u64,
+    },
+    /// Closed by either side (`None`) or failed with the transport's error.
+    Down(Option<E>),
+}
+
+/// Per-connection flood limits (D5): what a peer may send each second before its connection
+/// is cut off (CLOSE with [`CloseReason::Flood`]). Only what can be traced to a connection is
+/// limited: control frames, and Active Messages sent with a reply endpoint (as tagspace and
+/// ucxx send them). Tag messages carry no sender; strays among them are drained within the
+/// per-call budget instead (D4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerLimits {
+    /// Control frames (HELLO, PROOF, ANNOUNCE, WITHDRAW, CLOSE). An honest peer sends two to
+    /// connect and about two per registration change.
+    pub control_per_s: u32,
+    /// Active Messages on ids nobody here listens on, or sent by rendezvous (which tagspace
+    /// never uses). An honest peer sends some when it talks to a library before that library
+    /// has started listening.
+    pub unwanted_am_per_s: u32,
+}
+
+impl Default for PeerLimits {
+    fn default() -> Self {
+        PeerLimits {
+            control_per_s: 1024,
+            unwanted_am_per_s: 1024,
+        }
+    }
+}
+
+/// What [`Connections::charge`] counts against a connection's [`PeerLimits`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Charge {
+    /// A control frame.
+    Control,
+    /// An Active Message nobody wanted.
+    Unwanted,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Window {
+    start_ms: u64,
+    control: u32,
+    unwanted: u32,
+}
+
+/// One connection.
+pub struct Connection<K, X, E, const CAP: usize> {
+    key: K,
+    session: Box<Session<CAP>>,
+    state: LinkState<E>,
+    deadlines: Deadlines,
+    /// The peer's route for each library (indexed by `LibId`), so the send path does not
+    /// search the directory by name for every message. The directory changes only when this
+    /// connection's session handles a frame, and libraries are only ever added (a released
+    /// `LibId` is never reused): refreshed at exactly those two points.
+    routes: Vec<Option<Route>>,
+    told_up: bool,
+    closed_for: Option<CloseReason>,
+    window: Window,
+    /// The adapter's transport state (its endpoint, requests in flight, …).
+    pub io: X,
+}
+
+impl<K: Copy, X, E: Copy, const CAP: usize> Connection<K, X, E, CAP> {
+    /// The adapter's key.
+    pub fn key(&self) -> K {
+        self.key
+    }
+    /// Its session.
+    pub fn session(&self) -> &Session<CAP> {
+        &self.session
+    }
+    /// Its session, to queue frames on it (e.g. a CLOSE) or take what it has to send.
+    pub fn session_mut(&mut self) -> &mut Session<CAP> {
+        &mut self.session
+    }
+    /// Its session and the adapter's state together (to send what the session queued).
+    pub fn parts(&mut self) -> (&mut Session<CAP>, &mut X) {
+        (&mut self.session, &mut self.io)
+    }
+    /// Its state.
+    pub fn state(&self) -> LinkState<E> {
+        self.state
+    }
+    /// Whether it is in service.
+    pub fn is_open(&self) -> bool {
+        matches!(self.state, LinkState::Open)
+    }
+    /// The proven peer's token, once established.
+    pub fn peer(&self) -> Option<u64> {
+        self.session.peer().map(|p| p.token)
+    }
+    /// Whether it is open, established and proven to be `peer`'s.
+    pub fn serves(&self, peer: u64) -> bool {
+        self.is_open() && self.session.is_established() && self.peer() == Some(peer)
+    }
+    /// The reason of the CLOSE that ended it, sent or received.
+    pub fn closed_for(&self) -> Option<CloseReason> {
+        self.closed_for
+    }
+    /// The peer's route for `lib` (cached).
+    pub fn route(&self, lib: LibId) -> Option<Route> {
+        self.routes.get(lib.0).copied().flatten()
+    }
+}
+
+impl<K, X, E, const CAP: usize> Link<CAP> for Connection<K, X, E, CAP> {
+    fn is_open(&self) -> bool {
+        matches!(self.state, LinkState::Open)
+    }
+    fn session(&self) -> &Session<CAP> {
+        &self.session
+    }
+    fn deadline_parts(&mut self) -> (&mut Session<CAP>, &mut Deadlines) {
+        (&mut self.session, &mut self.deadlines)
+    }
+}
+
+/// What a control frame asks of the adapter ([`Connections::on_control`]). In every case the
+/// adapter then flushes the connection (the session may have queued an answer).
+#[derive(Debug)]
+pub enum Control {
+    /// Nothing more.
+    Handled,
+    /// The connection is established with `peer`. Those in `superseded` lost the tie-break
+    /// (P4): each has queued its CLOSE and is out of service; the adapter flushes them and
+    /// keeps their endpoints open for the linger ([`Connections::lingered`] says when it is
+    /// over).
+    Established {
+        /// The proven peer.
+        peer: u64,
+        /// Connections (indices) that lost the tie-break.
+        superseded: Vec<usize>,
+    },
+    /// The peer closed the connection; the engine has recorded the reason. `Linger`: it is
+    /// out of service already (the peer settled a duplicate first). `AbandonAndClose`: the
+    /// adapter ends what is in flight on it (it may never finish), then calls
+    /// [`Connections::end`]. `Close`: the adapter calls `end`.
+    PeerClosed(AfterClose),
+    /// The peer broke the protocol: the session queued a CLOSE naming it; the adapter flushes
+    /// it, then calls [`Connections::end`]. The error is kept ([`Connections::protocol_errors`]).
+    ProtocolError(SessionError),
+}
+
+/// A peer whose last connection went ([`Connections::end`], [`Connections::failed`]): the
+/// listening libraries have been told; the adapter ends what waits for this peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerGone<E> {
+    /// The peer's token.
+    pub peer: u64,
+    /// The transport's error, if it failed.
+    pub cause: Option<E>,
+}
+
+/// Why a send cannot go out now ([`Connections::blocked`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Blocked {
+    /// No established connection serves the peer (yet): it may still be handshaking.
+    NoConnection,
+    /// The peer has not announced the library's name (yet).
+    NoRoute,
+}
+
+/// The send path's peer-index hash: a folded 128-bit multiply of the token with two per-node
+/// keys (as foldhash does), about 1 ns against SipHash's 15–20. Keyed, because tokens come
+/// from peers' keys, which a peer chooses: with a fixed hash it could pick tokens that share a
+/// bucket. The adapter supplies the keys (random, per node: the engine has no entropy).
+#[derive(Clone, Copy, Debug)]
+pub struct TokenHash([u64; 2]);
+
+impl TokenHash {
+    /// A hash with these keys.
+    pub fn new(keys: [u64; 2]) -> TokenHash {
+        TokenHash([keys[0], keys[1] | 1])
+    }
+}
+
+impl BuildHasher for TokenHash {
+    type Hasher = TokenHasher;
+    fn build_hasher(&self) -> TokenHasher {
+        TokenHasher { keys: self.0, h: 0 }
+    }
+}
+
+/// The hasher of [`TokenHash`].
+#[derive(Debug)]
+pub struct TokenHasher {
+    keys: [u64; 2],
+    h: u64,
+}
+
+impl Hasher for TokenHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(u64::from(*b) ^ self.h.rotate_left(8));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        let p = u128::from(v ^ self.keys[0]) * u128::from(self.keys[1]);
+        self.h = (p as u64) ^ ((p >> 64) as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.h
+    }
+}
+
+/// Every connection of one node.
+pub struct Connections<K, X, E, const CAP: usize> {
+    conns: Vec<Connection<K, X, E, CAP>>,
+    /// Peer token → index of a connection serving it: a hint for the send path, rebuilt when
+    /// a connection's state changes ([`reindex`](Self::reindex)) and verified on use (a stale
+    /// or missing entry falls back to the scan).
+    serving: hashbrown::HashMap<u64, usize, TokenHash>,
+    /// Peers whose every connection is gone and forgotten (D5): how each went (a failure wins
+    /// over an orderly close), oldest first in `gone_order`, at most [`GONE_PEERS_MAX`].
+    gone: hashbrown::HashMap<u64, Option<E>, TokenHash>,
+    gone_order: VecDeque<u64>,
+    protocol_errors: Vec<SessionError>,
+}
+
+impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP> {
+    /// An empty table; `hash_keys`: random, per node (see [`TokenHash`]).
+    pub fn new(hash_keys: [u64; 2]) -> Self {
+        let h = TokenHash::new(hash_keys);
+        Connections {
+            conns: Vec::new(),
+            serving: hashbrown::HashMap::with_hasher(h),
+            gone: hashbrown::HashMap::with_hasher(h),
+            gone_order: VecDeque::new(),
+            protocol_errors: Vec::new(),
+        }
+    }
+
+    /// A new connection (open, handshaking) on the adapter's `key`, started at adapter time
+    /// `now_ms` and live time `live_ms` (its deadlines start there). Returns its index.
+    // Sans-IO: each input is a plain value the adapter passes (no context object to build).
+    #[allow(clippy::too_many_arguments)]
+    pub fn add(
+        &mut self,
+        key: K,
+        role: Role,
+        identity: &Identity,
+        layout: &TagLayout,
+        now_ms: u64,
+        live_ms: u64,
+        io: X,
+    ) -> usize {
+        self.conns.push(Connection {
+            key,
+            session: Box::new(Session::new(role, identity, layout)),
+            state: LinkState::Open,
+            deadlines: Deadlines::new(now_ms, live_ms),
+            routes: Vec::new(),
+            told_up: false,
+            closed_for: None,
+            window: Window {
+                start_ms: now_ms,
+                ..Window::default()
+            },
+            io,
+        });
+        self.conns.len() - 1
+    }
+
+    /// How many connections there are (open, lingering and ended ones not yet forgotten).
+    pub fn len(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.conns.is_empty()
+    }
+
+    /// Connection `i`.
+    pub fn get(&self, i: usize) -> &Connection<K, X, E, CAP> {
+        &self.conns[i]
+    }
+
+    /// Connection `i`, mutable.
+    pub fn get_mut(&mut self, i: usize) -> &mut Connection<K, X, E, CAP> {
+        &mut self.conns[i]
+    }
+
+    /// Every connection.
+    pub fn iter(&self) -> core::slice::Iter<'_, Connection<K, X, E, CAP>> {
+        self.conns.iter()
+    }
+
+    /// Every connection, mutable.
+    pub fn iter_mut(&mut self) -> core::slice::IterMut<'_, Connection<K, X, E, CAP>> {
+        self.conns.iter_mut()
+    }
+
+    /// Every connection as a slice (for [`super::sweep`] and [`super::Unpins`]).
+    pub fn as_mut_slice(&mut self) -> &mut [Connection<K, X, E, CAP>] {
+        &mut self.conns
+    }
+
+    /// The first connection on `key` that `also` accepts.
+    pub fn find(&self, key: K, also: impl Fn(&Connection<K, X, E, CAP>) -> bool) -> Option<usize> {
+        self.conns.iter().position(|c| c.key == key && also(c))
+    }
+
+    /// The connection serving `peer` for sends: open, established, proven `peer`'s.
+    pub fn serving(&self, peer: u64) -> Result<usize, NodeError<E>> {
+        if let Some(&i) = self.serving.get(&peer) {
+            if self.conns.get(i).is_some_and(|c| c.serves(peer)) {
+                return Ok(i);
+            }
+        }
+        self.conns
+            .iter()
+            .position(|c| c.serves(peer))
+            .ok_or(NodeError::NoConnection { peer })
+    }
+
+    /// Rebuilds the peer index (after a connection was established, superseded, ended or
+    /// forgotten). Cheap enough for every such change; a stale entry only costs a scan.
+    pub fn reindex(&mut self) {
+        self.serving.clear();
+        for (i, c) in self.conns.iter().enumerate() {
+            if let (LinkState::Open, true, Some(p)) =
+                (c.state, c.session.is_established(), c.peer())
+            {
+                self.serving.entry(p).or_insert(i);
+            }
+        }
+    }
+
+    /// How many open, established connections serve `peer`.
+    pub fn live_to(&self, peer: u64) -> usize {
+        super::live_to(&self.conns, peer)
+    }
+
+    /// Tokens of peers with an open, established connection, sorted.
+    pub fn peers(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|c| c.is_open())
+            .filter_map(|c| c.peer())
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// Recomputes connection `i`'s route cache from its session's directory.
+    pub fn refresh_routes<'r>(&mut self, i: usize, libs: &Libraries<'r, CAP, E>)
+    where
+        E: Clone,
+    {
+        let c = &mut self.conns[i];
+        c.routes.clear();
+        c.routes.resize(libs.slots(), None);
+        for (lib, l) in libs.iter() {
+            c.routes[lib.0] = c.session.route(l.ns());
+        }
+    }
+
+    /// Recomputes every connection's route cache (a library was registered).
+    pub fn refresh_all_routes<'r>(&mut self, libs: &Libraries<'r, CAP, E>)
+    where
+        E: Clone,
+    {
+        for i in 0..self.conns.len() {
+            self.refresh_routes(i, libs);
+        }
+    }
+
+    /// The send path: the connection serving `peer` and the peer's route for `lib`, `None`
+    /// while the peer has not announced the name; `NoConnection` while no established
+    /// connection serves the peer, `NoSuchLibrary` for a library not registered.
+    pub fn route<'r>(
+        &self,
+        libs: &Libraries<'r, CAP, E>,
+        lib: LibId,
+        peer: u64,
+    ) -> Result<Option<(usize, Route)>, NodeError<E>>
+    where
+        E: Clone,
+    {
+        let i = self.serving(peer)?;
+        let ns = libs.ns(lib)?;
+        let c = &self.conns[i];
+        let route = c.route(lib);
+        debug_assert_eq!(route, c.session.route(ns), "stale route cache");
+        Ok(route.map(|r| (i, r)))
+    }
+
+    /// Why a send to `peer` cannot go out now, when [`route`](Self::route) found no
+    /// connection: if the peer's connections are all gone, the send fails now (D3) with
+    /// `PeerDown` (the transport's error if one failed); otherwise a connection may still be
+    /// handshaking and the send waits.
+    pub fn blocked(&self, peer: u64) -> Result<Blocked, NodeError<E>> {
+        match self.failed_peer(peer) {
+            Some(cause) => Err(NodeError::PeerDown { peer, cause }),
+            None => Ok(Blocked::NoConnection),
+        }
+    }
+
+    /// If no open connection serves `peer` and one ended: how (a failure wins over a close).
+    pub fn failed_peer(&self, peer: u64) -> Option<Option<E>> {
+        if self.live_to(peer) > 0 {
+            return None;
+        }
+        let mut closed = self.gone.get(&peer).copied();
+        if let Some(Some(e)) = closed {
+            return Some(Some(e));
+        }
+        for c in &self.conns {
+            match c.state {
+                LinkState::Down(Some(e)) if c.peer() == Some(peer) => return Some(Some(e)),
+                LinkState::Down(None) if c.peer() == Some(peer) => closed = Some(None),
+                _ => {}
+            }
+        }
+        closed
+    }
+
+    /// Hands a control frame that arrived on connection `i` to its session at adapter time
+    /// `now_ms`, and decides what follows (P1, P3, P4, P6). Frames on a connection out of
+    /// service are ignored.
+    pub fn on_control<'r>(
+        &mut self,
+        i: usize,
+        bytes: &[u8],
+        now_ms: u64,
+        libs: &mut Libraries<'r, CAP, E>,
+    ) -> Control
+    where
+        E: Clone,
+    {
+        if !self.conns[i].is_open() {
+            return Control::Handled;
+        }
+        let handled = self.conns[i].session.handle(bytes);
+        self.refresh_routes(i, libs);
+        let out = match handled {
+            Ok(Some(Event::Established { peer_token })) => {
+                let superseded = self.settle_duplicates(peer_token, now_ms);
+                if self.conns[i].is_open() {
+                    self.conns[i].told_up = true;
+                    if self.live_to(peer_token) == 1 {
+                        libs.tell(&PeerEvent::Up { peer: peer_token });
+                    }
+                }
+                Control::Established {
+                    peer: peer_token,
+                    superseded,
+                }
+            }
+            Ok(Some(Event::Closed { reason })) => {
+                self.conns[i].closed_for = Some(reason);
+                let then = after_peer_close(reason);
+                if then == AfterClose::Linger {
+                    // The peer settled the duplicate first; linger like it does.
+                    self.linger(i, now_ms);
+                }
+                Control::PeerClosed(then)
+            }
+            Ok(_) => Control::Handled,
+            Err(e) => {
+                if self.protocol_errors.len() == PROTOCOL_ERRORS_KEPT {
+                    self.protocol_errors.remove(0);
+                }
+                self.protocol_errors.push(e);
+                if let Phase::Closing(r) = self.conns[i].session.phase() {
+                    self.conns[i].closed_for = Some(r);
+                }
+                Control::ProtocolError(e)
+            }
+        };
+        self.reindex();
+        out
+    }
+
+    /// The last [`PROTOCOL_ERRORS_KEPT`] control-plane errors from peers, oldest first.
+    pub fn protocol_errors(&self) -> &[SessionError] {
+        &self.protocol_errors
+    }
+
+    /// P4: of several established connections to `peer`, the tie-break's losers are closed
+    /// (their CLOSE queued) and taken out of service to linger.
+    fn settle_duplicates(&mut self, peer: u64, now_ms: u64) -> Vec<usize> {
+        let mut losers = Vec::new();
+        super::superseded(&self.conns, peer, &mut losers);
+        for &i in &losers {
+            self.conns[i].session.close(CloseReason::Superseded);
+            self.linger(i, now_ms);
+        }
+        losers
+    }
+
+    fn linger(&mut self, i: usize, now_ms: u64) {
+        self.conns[i].state = LinkState::Superseded {
+            until_ms: now_ms.saturating_add(SUPERSEDED_LINGER_MS),
+        };
+    }
+
+    /// Superseded connections whose linger is over at `now_ms` (the adapter retires their
+    /// endpoints; it calls this until it has).
+    pub fn lingered(&self, now_ms: u64) -> impl Iterator<Item = usize> + '_ {
+        self.conns.iter().enumerate().filter_map(move |(i, c)| {
+            matches!(c.state, LinkState::Superseded { until_ms } if now_ms >= until_ms).then_some(i)
+        })
+    }
+
+    /// This side cuts connection `i` off: queues a CLOSE with `reason` (or keeps the one the
+    /// session already queued) and records it. The adapter then flushes the connection and
+    /// calls [`end`](Self::end).
+    pub fn cut_off(&mut self, i: usize, reason: Option<CloseReason>) {
+        let s = &mut self.conns[i].session;
+        if let Some(reason) = reason {
+            s.close(reason);
+        }
+        if let Phase::Closing(r) = s.phase() {
+            self.conns[i].closed_for = Some(r);
+        }
+    }
+
+    /// Connection `i` ended (closed in order, `cause` `None`; or failed): out of service. If it
+    /// was the peer's last, the listening libraries hear `Down` and the answer names the peer.
+    pub fn end<'r>(
+        &mut self,
+        i: usize,
+        cause: Option<E>,
+        libs: &mut Libraries<'r, CAP, E>,
+    ) -> Option<PeerGone<E>>
+    where
+        E: Clone,
+    {
+        let c = &mut self.conns[i];
+        let was_open = c.is_open();
+        c.state = LinkState::Down(cause);
+        let (told, peer, reason) = (c.told_up, c.peer(), c.closed_for);
+        self.reindex();
+        let peer = peer.filter(|&p| was_open && told && self.live_to(p) == 0)?;
+        libs.tell(&PeerEvent::Down {
+            peer,
+            cause,
+            reason,
+        });
+        Some(PeerGone { peer, cause })
+    }
+
+    /// Connection `i`'s transport failed with `e`. A superseded connection's failure is
+    /// expected (the peer closed its side) and changes nothing; otherwise as
+    /// [`end`](Self::end) with the error.
+    pub fn failed<'r>(
+        &mut self,
+        i: usize,
+        e: E,
+        libs: &mut Libraries<'r, CAP, E>,
+    ) -> Option<PeerGone<E>>
+    where
+        E: Clone,
+    {
+        match self.conns[i].state {
+            LinkState::Superseded { .. } => None,
+            LinkState::Down(_) => {
+                self.conns[i].state = LinkState::Down(Some(e));
+                None
+            }
+            LinkState::Open => self.end(i, Some(e), libs),
+        }
+    }
+
+    /// Counts one message from connection `i` against `limits` at adapter time `now_ms`:
+    /// `false` if the peer is over its limit (the adapter cuts it off with
+    /// [`CloseReason::Flood`]).
+    pub fn charge(&mut self, i: usize, now_ms: u64, what: Charge, limits: PeerLimits) -> bool {
+        let w = &mut self.conns[i].window;
+        if now_ms >= w.start_ms.saturating_add(1000) {
+            *w = Window {
+                start_ms: now_ms,
+                ..Window::default()
+            };
+        }
+        let (count, max) = match what {
+            Charge::Control => (&mut w.control, limits.control_per_s),
+            Charge::Unwanted => (&mut w.unwanted, limits.unwanted_am_per_s),
+        };
+        *count = count.saturating_add(1);
+        *count <= max
+    }
+
+    /// R7: a withdrawal acknowledgement tag arrived; hands it to the session (among those
+    /// `usable` accepts) whose withdrawal it confirms. `false`: nobody's — unknown, stale or
+    /// forged, a stray.
+    pub fn claim_ack_tag(
+        &mut self,
+        layout: &TagLayout,
+        tag: u64,
+        usable: impl Fn(&X) -> bool,
+    ) -> bool {
+        wire::parse_ack_tag(layout, tag).is_some_and(|(id, seq)| {
+            self.conns
+                .iter_mut()
+                .any(|c| usable(&c.io) && c.session.on_ack_tag(id, seq))
+        })
+    }
+
+    /// R7 on a host's worker: the exact acknowledgement tags the sessions (among those
+    /// `usable` accepts) wait for.
+    pub fn awaited_ack_tags<'a>(
+        &'a self,
+        layout: &'a TagLayout,
+        usable: impl Fn(&X) -> bool + 'a,
+    ) -> impl Iterator<Item = u64> + 'a {
+        self.conns
+            .iter()
+            .filter(move |c| usable(&c.io) && c.session.awaiting_acks() > 0)
+            .flat_map(|c| c.session.awaited_ack_tags())
+            .map(move |(id, seq)| wire::ack_tag(layout, id, seq))
+    }
+
+    /// One deadline pass ([`super::sweep`]): `(index, what to do)` for each open connection
+    /// that needs something.
+    pub fn sweep(
+        &mut self,
+        clock: &mut LiveClock,
+        now_ms: u64,
+        liveness: Option<Liveness>,
+    ) -> Vec<(usize, Check)> {
+        let mut due = Vec::new();
+        super::sweep(&mut self.conns, clock, now_ms, liveness, &mut due);
+        due
+    }
+
+    /// D5: removes ended connections that `done` says the adapter is finished with (their
+    /// endpoint is gone), remembering how their peers went, and hands their pins to
+    /// `unpins` (R7). Returns whether any went.
+    pub fn forget(
+        &mut self,
+        done: impl Fn(&Connection<K, X, E, CAP>) -> bool,
+        unpins: &mut super::Unpins<CAP>,
+        now_ms: u64,
+    ) -> bool {
+        if !self.conns.iter().any(|c| !c.is_open() && done(c)) {
+            return false;
+        }
+        let mut went = Vec::new();
+        self.conns.retain_mut(|c| {
+            if c.is_open() || !done(c) {
+                return true;
+            }
+            if let (LinkState::Down(cause), Some(p)) = (c.state, c.peer()) {
+                went.push((p, cause));
+            }
+            unpins.connection_ended(&mut c.session, now_ms);
+            false
+        });
+        for (peer, cause) in went {
+            match self.gone.get_mut(&peer) {
+                Some(old) => {
+                    if cause.is_some() {
+                        *old = cause;
+                    }
+                }
+                None => {
+                    if self.gone_order.len() >= GONE_PEERS_MAX {
+                        if let Some(oldest) = self.gone_order.pop_front() {
+                            self.gone.remove(&oldest);
+                        }
+                    }
+                    self.gone.insert(peer, cause);
+                    self.gone_order.push_back(peer);
+                }
+            }
+        }
+        self.reindex();
+        true
+    }
+
+    /// The node goes: every session's pins are given back (see [`super::Unpins::release_all`]).
+    pub fn release_all(
+        &mut self,
+        registry: &crate::Registry<CAP>,
+        unpins: &mut super::Unpins<CAP>,
+    ) {
+        unpins.release_all(registry, self.conns.iter_mut().map(|c| &mut *c.session));
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::Registry;
+
+    type Table = Connections<u32, (), u8, 64>;
+    type Libs = Libraries<'static, 64, u8>;
+
+    struct Side {
+        reg: &'static Registry<64>,
+        me: Identity,
+        conns: Table,
+        libs: Libs,
+    }
+
+    fn side(seed: u8) -> Side {
+        Side {
+            reg: Box::leak(Box::new(Registry::new(TagLayout::DEFAULT))),
+            me: Identity::from_seed(&[seed; 32]),
+            conns: Table::new([seed as u64, 7]),
+            libs: Libs::new(),
+        }
+    }
+
+    fn connect(a: &mut Side, b: &mut Side, key: u32) -> (usize, usize) {
+        let l = *a.reg.layout();
+        let i = a.conns.add(key, Role::Initiator, &a.me, &l, 0, 0, ());
+        let j = b.conns.add(key, Role::Acceptor, &b.me, &l, 0, 0, ());
+        (i, j)
+    }
+
+    /// Delivers what each side's session `i`/`j` has queued to the other, until quiet.
+    fn pump(a: &mut Side, i: usize, b: &mut Side, j: usize) -> Vec<Control> {
+        let mut buf = [0u8; wire::MAX_FRAME_LEN];
+        let mut out = Vec::new();
+        for _ in 0..8 {
+            while let Ok(Some(n)) = a
+                .conns
+                .get_mut(i)
+                .session_mut()
+                .poll_transmit(a.reg, &mut buf)
+            {
+                out.push(b.conns.on_control(j, &buf[..n], 0, &mut b.libs));
+            }
+            while let Ok(Some(n)) = b
+                .conns
+                .get_mut(j)
+                .session_mut()
+                .poll_transmit(b.reg, &mut buf)
+            {
+                out.push(a.conns.on_control(i, &buf[..n], 0, &mut a.libs));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn an_established_connection_routes_a_shared_name_and_tells_listeners_once() {
+        let (mut a, mut b) = (side(1), side(2));
+        let foo_a = a.libs.register(a.reg, "foo").unwrap();
+        let _other = b.libs.register(b.reg, "other").unwrap();
+        let foo_b = b.libs.register(b.reg, "foo").unwrap();
+        a.libs.listen_peers(foo_a, []).unwrap();
+        let tb = b.me.token();
+        assert!(matches!(
+            a.conns.route(&a.libs, foo_a, tb),
+            Err(NodeError::NoConnection { .. })
+        ));
+        assert_eq!(a.conns.blocked(tb), Ok(Blocked::NoConnection));
+        let (i, j) = connect(&mut a, &mut b, 10);
+        let got = pump(&mut a, i, &mut b, j);
+        assert!(got
+            .iter()
+            .any(|c| matches!(c, Control::Established { peer, superseded } if *peer == tb && superseded.is_empty())));
+        assert_eq!(a.conns.serving(tb), Ok(i));
+        let (at, route) = a.conns.route(&a.libs, foo_a, tb).unwrap().unwrap();
+        assert_eq!(at, i);
+        assert_eq!(route.remote_id(), b.libs.ns(foo_b).unwrap().id());
+        assert_eq!(a.libs.peer_event(foo_a), Some(PeerEvent::Up { peer: tb }));
+        assert_eq!(a.libs.peer_event(foo_a), None);
+        assert_eq!(a.conns.peers(), [tb]);
+        // A name the peer lacks: no route (yet); an unknown library: an error.
+        let bar = a.libs.register(a.reg, "bar").unwrap();
+        a.conns.refresh_all_routes(&a.libs);
+        assert_eq!(a.conns.route(&a.libs, bar, tb), Ok(None));
+        assert!(matches!(
+            a.conns.route(&a.libs, LibId(99), tb),
+            Err(NodeError::NoSuchLibrary)
+        ));
+    }
+
+    #[test]
+    fn of_a_simultaneous_connect_both_sides_keep_the_same_one_and_the_other_lingers() {
+        let (mut a, mut b) = (side(1), side(2));
+        let (i1, j1) = connect(&mut a, &mut b, 1);
+        let (j2, i2) = connect(&mut b, &mut a, 2);
+        pump(&mut a, i1, &mut b, j1);
+        pump(&mut a, i2, &mut b, j2);
+        pump(&mut a, i1, &mut b, j1);
+        pump(&mut a, i2, &mut b, j2);
+        let (ta, tb) = (a.me.token(), b.me.token());
+        assert_eq!(a.conns.live_to(tb), 1);
+        assert_eq!(b.conns.live_to(ta), 1);
+        let kept_a = a.conns.get(a.conns.serving(tb).unwrap()).key();
+        let kept_b = b.conns.get(b.conns.serving(ta).unwrap()).key();
+        assert_eq!(kept_a, kept_b, "both keep the same connection");
+        assert_eq!(a.conns.lingered(SUPERSEDED_LINGER_MS - 1).count(), 0);
+        assert_eq!(a.conns.lingered(SUPERSEDED_LINGER_MS).count(), 1);
+    }
+
+    #[test]
+    fn a_peer_whose_connections_all_ended_fails_sends_at_once_and_is_remembered() {
+        let (mut a, mut b) = (side(1), side(2));
+        let foo = a.libs.register(a.reg, "foo").unwrap();
+        a.libs.listen_peers(foo, []).unwrap();
+        let (i, j) = connect(&mut a, &mut b, 1);
+        pump(&mut a, i, &mut b, j);
+        let tb = b.me.token();
+        assert_eq!(a.libs.peer_event(foo), Some(PeerEvent::Up { peer: tb }));
+        let gone = a.conns.failed(i, 5, &mut a.libs);
+        assert_eq!(
+            gone,
+            Some(PeerGone {
+                peer: tb,
+                cause: Some(5)
+            })
+        );
+        assert!(matches!(
+            a.libs.peer_event(foo),
+            Some(PeerEvent::Down { peer, cause: Some(5), .. }) if peer == tb
+        ));
+        assert_eq!(
+            a.conns.blocked(tb),
+            Err(NodeError::PeerDown {
+                peer: tb,
+                cause: Some(5)
+            })
+        );
+        // A second failure report changes nothing more.
+        assert_eq!(a.conns.failed(i, 6, &mut a.libs), None);
+        let mut unpins = super::super::Unpins::new();
+        assert!(a.conns.forget(|_| true, &mut unpins, 0));
+        assert!(a.conns.is_empty());
+        assert_eq!(
+            a.conns.blocked(tb),
+            Err(NodeError::PeerDown {
+                peer: tb,
+                cause: Some(6)
+            }),
+            "remembered after the connection is forgotten"
+        );
+    }
+
+    #[test]
+    fn a_protocol_error_is_kept_and_closes_with_its_reason() {
+        let (mut a, mut b) = (side(1), side(2));
+        let (i, _j) = connect(&mut a, &mut b, 1);
+        let got = a.conns.on_control(i, &[0xff; 12], 0, &mut a.libs);
+        assert!(matches!(got, Control::ProtocolError(_)));
+        assert_eq!(a.conns.protocol_errors().len(), 1);
+        assert!(a.conns.get(i).closed_for().is_some());
+        assert_eq!(
+            a.conns.end(i, None, &mut a.libs),
+            None,
+            "never established: no Down"
+        );
+        assert!(!a.conns.get(i).is_open());
+        assert!(matches!(
+            a.conns.on_control(i, &[0xff; 12], 0, &mut a.libs),
+            Control::Handled
+        ));
+    }
+
+    #[test]
+    fn the_flood_window_counts_each_kind_per_second() {
+        let (mut a, mut b) = (side(1), side(2));
+        let (i, _) = connect(&mut a, &mut b, 1);
+        let limits = PeerLimits {
+            control_per_s: 2,
+            unwanted_am_per_s: 1,
+        };
+        assert!(a.conns.charge(i, 0, Charge::Control, limits));
+        assert!(a.conns.charge(i, 10, Charge::Control, limits));
+        assert!(a.conns.charge(i, 20, Charge::Unwanted, limits));
+        assert!(!a.conns.charge(i, 30, Charge::Control, limits));
+        assert!(!a.conns.charge(i, 999, Charge::Unwanted, limits));
+        assert!(
+            a.conns.charge(i, 1000, Charge::Control, limits),
+            "a new window"
+        );
+    }
+
+    #[test]
+    fn the_token_hash_depends_on_its_keys() {
+        let h = |k| TokenHash::new(k).hash_one(42u64);
+        assert_ne!(h([1, 2]), h([3, 2]));
+        assert_eq!(h([1, 2]), h([1, 2]));
+    }
+}
