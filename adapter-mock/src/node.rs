@@ -15,7 +15,8 @@
 use crate::fabric::{EpId, Fabric, FabricError, ProcessId, RecvId, SendId, WorkerEvent, WorkerId};
 use std::collections::HashMap;
 use tagspace_core::engine::{
-    self, AfterClose, AmDelivery, Check, Control, LiveClock, Liveness, QueueOwner, StrayQueue,
+    self, AfterClose, AmDelivery, Charge, Check, Control, LiveClock, Liveness, PeerLimits,
+    QueueOwner, StrayQueue,
 };
 use tagspace_core::session::SessionError;
 use tagspace_core::wellknown::CONTROL_ID;
@@ -89,6 +90,9 @@ pub struct Node {
     /// The fabric's time at the last `progress` (new connections start their deadlines there).
     last_now_ms: u64,
     deadline_closes: u64,
+    /// Per-connection flood limits (D5), as on UCX.
+    limits: PeerLimits,
+    flood_closes: u64,
     /// Host mode ([`set_host_mode`](Node::set_host_mode)).
     host: bool,
     /// R7: ids this node's sessions are done with, on their way back to the registry (the
@@ -148,6 +152,8 @@ impl Node {
             live: LiveClock::new(fab.now_ms()),
             last_now_ms: fab.now_ms(),
             deadline_closes: 0,
+            limits: PeerLimits::default(),
+            flood_closes: 0,
             host: false,
             unpins: engine::Unpins::new(),
         }
@@ -178,6 +184,16 @@ impl Node {
     /// acknowledgements, heartbeat: the core engine's [`Deadlines`]).
     pub fn deadline_closes(&self) -> u64 {
         self.deadline_closes
+    }
+
+    /// Per-connection flood limits ([`PeerLimits`], the core engine's; default as on UCX).
+    pub fn set_limits(&mut self, limits: PeerLimits) {
+        self.limits = limits;
+    }
+
+    /// Connections this node cut off because the peer went over its [`PeerLimits`].
+    pub fn flood_closes(&self) -> u64 {
+        self.flood_closes
     }
 
     /// This process's token.
@@ -557,12 +573,15 @@ impl Node {
         }
         while let Some(am) = fab.am_take(self.worker) {
             if am.id == self.control_am {
-                self.on_control(fab, am.reply_ep, &am.data);
+                if self.charge(fab, am.reply_ep, Charge::Control) {
+                    self.on_control(fab, am.reply_ep, &am.data);
+                }
                 continue;
             }
             let layout = self.registry.layout();
             if let AmDelivery::Stray { .. } = self.libs.deliver_am(layout, am.id, am.data) {
                 self.stray += 1;
+                self.charge(fab, am.reply_ep, Charge::Unwanted);
             }
         }
         self.take_ack_tags(fab);
@@ -610,6 +629,21 @@ impl Node {
             // The session queued a CLOSE naming the reason: `end_conn` sends it, then closes.
             Control::ProtocolError(_) => self.end_conn(fab, i),
         }
+    }
+
+    /// Counts one message from `ep`'s connection against the [`PeerLimits`]; a peer over them
+    /// is cut off (CLOSE with reason `Flood`). Returns whether the message may be handled.
+    fn charge(&mut self, fab: &mut Fabric, ep: EpId, what: Charge) -> bool {
+        let Some(i) = self.conns.find(ep, |c| !c.io.closed && c.is_open()) else {
+            return true;
+        };
+        if self.conns.charge(i, fab.now_ms(), what, self.limits) {
+            return true;
+        }
+        self.flood_closes += 1;
+        self.conns.cut_off(i, Some(CloseReason::Flood));
+        self.end_conn(fab, i);
+        false
     }
 
     /// Ends connection `i` in order: what its session queued (a CLOSE) goes out, then its

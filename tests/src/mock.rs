@@ -229,6 +229,10 @@ impl Cluster for MockCluster {
         self.nodes[p].protocol_errors().len()
     }
 
+    fn flood_closes(&self, p: Proc) -> u64 {
+        self.nodes[p].flood_closes()
+    }
+
     fn layout(&self) -> TagLayout {
         TagLayout::DEFAULT
     }

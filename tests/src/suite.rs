@@ -256,6 +256,33 @@ pub fn malformed_control_bytes_close_only_that_peer<C: Cluster + ?Sized>(c: &mut
     assert_eq!(ok(c, good, r).unwrap(), b"still fine");
 }
 
+/// D5: a peer that sends more control frames in a second than the per-connection limit
+/// (`PeerLimits`, the core engine's, default 1 024) is cut off — valid frames too (PINGs
+/// here, each of which would be answered) — and only that peer.
+pub fn a_peer_flooding_control_frames_is_cut_off_alone<C: Cluster + ?Sized>(c: &mut C) {
+    let p = mesh(c, 3);
+    let (a, flooder, good) = (p[0], p[1], p[2]);
+    let la = c.register(a, "dask").unwrap();
+    let lg = c.register(good, "dask").unwrap();
+    c.settle();
+    let mut buf = [0u8; 64];
+    for seq in 0..1100u32 {
+        let n = tagspace_core::wire::Frame::Ping { seq }
+            .encode(&mut buf)
+            .expect("a PING fits");
+        c.inject_control(flooder, a, &buf[..n]);
+    }
+    c.settle();
+    assert_eq!(c.flood_closes(a), 1, "the flooder is cut off for its flood");
+    assert_eq!(c.live_connections(a, flooder), 0);
+    assert_eq!(c.flood_closes(good), 0);
+    assert_eq!(c.live_connections(a, good), 1);
+    let op = c.send(a, la, good, 1, b"still fine", T);
+    ok(c, a, op);
+    let r = c.recv(good, lg, 1);
+    assert_eq!(ok(c, good, r).unwrap(), b"still fine");
+}
+
 /// A HELLO claiming `victim`'s public key (all a peer without its secret key can copy), and a
 /// PROOF of made-up bytes.
 fn forged_handshake(layout: &tagspace_core::TagLayout, victim: Proc) -> (Vec<u8>, Vec<u8>) {

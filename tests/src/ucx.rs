@@ -398,6 +398,10 @@ impl Cluster for UcxCluster {
             .map_or(0, |n| n.protocol_errors().len())
     }
 
+    fn flood_closes(&self, p: Proc) -> u64 {
+        self.nodes[p].as_ref().map_or(0, |n| n.stats().flood_closes)
+    }
+
     fn layout(&self) -> TagLayout {
         TagLayout::DEFAULT
     }
