@@ -13,10 +13,9 @@
 //! * an endpoint error fails the operations on that endpoint only (D3).
 
 use crate::fabric::{EpId, Fabric, FabricError, ProcessId, RecvId, SendId, WorkerEvent, WorkerId};
-use std::collections::HashMap;
 use tagspace_core::engine::{
-    self, AfterClose, AmDelivery, Charge, Check, Control, LiveClock, Liveness, PeerLimits,
-    QueueOwner, StrayQueue,
+    self, AfterClose, AmDelivery, Blocked, Charge, Check, Control, Dest, LiveClock, Liveness, Next,
+    PeerLimits, QueueOwner, Resolved, StrayQueue, Target, Waiting,
 };
 use tagspace_core::session::SessionError;
 use tagspace_core::wellknown::CONTROL_ID;
@@ -47,29 +46,15 @@ struct Io {
 /// The core engine's connection table, on fabric endpoints.
 type Conns = engine::Connections<EpId, Io, FabricError, CAP>;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Target {
-    Data(u64),
-    Inbox,
-    Am(u16),
-}
-
-/// A send waiting for a connection or for the peer to announce the name.
-struct Waiting {
-    lib: LibId,
-    peer: u64,
-    target: Target,
-    data: Vec<u8>,
-    since_ms: u64,
-    deadline_ms: u64,
-}
-
+/// A running operation (the engine's table keeps the finished ones' results).
 enum Op {
     WaitingRoute(Waiting),
     Sending { lib: LibId, send: SendId },
     Receiving { lib: LibId, recv: RecvId },
-    Done(Result<Option<Vec<u8>>, NodeError>),
 }
+
+/// What an operation became after a step.
+type Step = Next<Op, FabricError>;
 
 /// A simulated process running tagspace.
 pub struct Node {
@@ -80,8 +65,7 @@ pub struct Node {
     control_am: u16,
     conns: Conns,
     libs: engine::Libraries<'static, CAP, FabricError>,
-    ops: HashMap<OpId, Op>,
-    next_op: u64,
+    ops: engine::Ops<Op, FabricError>,
     stray: u64,
     last_drain_ms: Option<u64>,
     buf: Vec<u8>,
@@ -143,8 +127,7 @@ impl Node {
                 0x9e37_79b9_7f4a_7c15,
             ]),
             libs: engine::Libraries::new(),
-            ops: HashMap::new(),
-            next_op: 0,
+            ops: engine::Ops::new(),
             stray: 0,
             last_drain_ms: None,
             buf: vec![0; MAX_FRAME_LEN],
@@ -227,10 +210,11 @@ impl Node {
             }
             // Its receives go with it (R7), as on the UCX node: one left posted would match a
             // message meant for the next name to take the id.
-            for op in self.ops.values_mut() {
-                if let Op::Receiving { lib: of, recv } = *op {
-                    if of == lib && fab.recv_cancel(self.worker, recv) {
-                        *op = Op::Done(Err(NodeError::NoSuchLibrary));
+            let mine = |op: &Op| matches!(op, Op::Receiving { lib: of, .. } if *of == lib);
+            for id in self.ops.matching(mine) {
+                if let Some(Op::Receiving { recv, .. }) = self.ops.get(id) {
+                    if fab.recv_cancel(self.worker, *recv) {
+                        self.ops.put(id, Next::Done(Err(NodeError::NoSuchLibrary)));
                     }
                 }
             }
@@ -242,9 +226,10 @@ impl Node {
         self.libs.ns(lib).ok()
     }
 
-    /// Counters of a library.
-    pub fn counters(&self, lib: LibId) -> Counters {
-        self.libs.counters(lib)
+    /// The libraries registered here (their counters, namespaces, queues): the core engine's
+    /// table.
+    pub fn libraries(&self) -> &engine::Libraries<'static, CAP, FabricError> {
+        &self.libs
     }
 
     /// Messages for unregistered ids drained so far (D2).
@@ -338,13 +323,6 @@ impl Node {
         }
     }
 
-    fn new_op(&mut self, op: Op) -> OpId {
-        self.next_op += 1;
-        let id = OpId(self.next_op);
-        self.ops.insert(id, op);
-        id
-    }
-
     /// Sends `data` with `payload` to library `lib`'s namespace on `peer`, waiting up to
     /// `timeout_ms` for the peer to announce the name (P2).
     pub fn send(
@@ -393,16 +371,9 @@ impl Node {
         data: &[u8],
         timeout_ms: u64,
     ) -> OpId {
-        let now = fab.now_ms();
-        let op = Op::WaitingRoute(Waiting {
-            lib,
-            peer,
-            target,
-            data: data.to_vec(),
-            since_ms: now,
-            deadline_ms: now + timeout_ms,
-        });
-        let id = self.new_op(op);
+        let w = Waiting::new(lib, peer, target, data.to_vec(), fab.now_ms(), timeout_ms);
+        let op = Op::WaitingRoute(w);
+        let id = self.ops.start(Next::Wait(op));
         self.advance_op(fab, id);
         id
     }
@@ -410,10 +381,10 @@ impl Node {
     /// Posts an exact receive for `payload` in `lib`'s namespace (full mask, D1).
     pub fn recv(&mut self, fab: &mut Fabric, lib: LibId, payload: u64) -> OpId {
         let op = match self.post_recv(fab, lib, payload) {
-            Ok(recv) => Op::Receiving { lib, recv },
-            Err(e) => Op::Done(Err(e)),
+            Ok(recv) => Next::Wait(Op::Receiving { lib, recv }),
+            Err(e) => Next::Done(Err(e)),
         };
-        let id = self.new_op(op);
+        let id = self.ops.start(op);
         self.advance_op(fab, id);
         id
     }
@@ -457,96 +428,54 @@ impl Node {
     /// The result of an operation once it has finished (`Ok(Some(data))` for receives); taking
     /// it forgets the operation.
     pub fn take(&mut self, op: OpId) -> Option<Result<Option<Vec<u8>>, NodeError>> {
-        if matches!(self.ops.get(&op)?, Op::Done(_)) {
-            match self.ops.remove(&op) {
-                Some(Op::Done(r)) => Some(r),
-                _ => None,
-            }
-        } else {
-            None
-        }
+        self.ops.take(op)
     }
 
-    fn finish(&mut self, lib: LibId, r: Result<Option<Vec<u8>>, NodeError>, sent: bool) -> Op {
-        self.libs.count(lib, r.is_ok(), sent);
-        Op::Done(r)
+    fn finish(&mut self, lib: LibId, r: Result<Option<Vec<u8>>, NodeError>, sent: bool) -> Step {
+        Next::finished(&mut self.libs, lib, r, sent)
     }
 
     fn advance_op(&mut self, fab: &mut Fabric, id: OpId) {
-        let Some(op) = self.ops.remove(&id) else {
+        let Some(op) = self.ops.remove(id) else {
             return;
         };
         let next = match op {
             Op::WaitingRoute(w) => {
-                let (lib, peer) = (w.lib, w.peer);
-                match self.try_send(fab, lib, peer, w.target, &w.data) {
-                    Ok(Sent::InFlight(send)) => Op::Sending { lib, send },
+                let lib = w.lib;
+                match self.try_send(fab, &w) {
+                    Ok(Sent::InFlight(send)) => Next::Wait(Op::Sending { lib, send }),
                     Ok(Sent::Complete) => self.finish(lib, Ok(None), true),
-                    Ok(Sent::NoRoute | Sent::NoConnection) if fab.now_ms() < w.deadline_ms => {
-                        Op::WaitingRoute(w)
-                    }
-                    Ok(Sent::NoConnection) => {
-                        self.finish(lib, Err(NodeError::NoConnection { peer }), true)
-                    }
-                    Ok(Sent::NoRoute) => {
-                        let e = match self.namespace(lib) {
-                            Some(ns) => NodeError::PeerLacksNamespace {
-                                name: *ns.name(),
-                                peer,
-                                waited_ms: fab.now_ms() - w.since_ms,
-                            },
-                            None => NodeError::NoSuchLibrary,
-                        };
-                        self.finish(lib, Err(e), true)
-                    }
+                    Ok(Sent::Blocked(why)) => match w.blocked(why, fab.now_ms(), &self.libs) {
+                        Ok(w) => Next::Wait(Op::WaitingRoute(w)),
+                        Err(e) => self.finish(lib, Err(e), true),
+                    },
                     Err(e) => self.finish(lib, Err(e), true),
                 }
             }
             Op::Sending { lib, send } => match fab.send_take(send) {
-                None => Op::Sending { lib, send },
+                None => Next::Wait(Op::Sending { lib, send }),
                 Some(r) => self.finish(lib, r.map(|_| None).map_err(NodeError::from), true),
             },
             Op::Receiving { lib, recv } => match fab.recv_take(self.worker, recv) {
-                None => Op::Receiving { lib, recv },
+                None => Next::Wait(Op::Receiving { lib, recv }),
                 Some(r) => {
                     self.finish(lib, r.map(|m| Some(m.data)).map_err(NodeError::from), false)
                 }
             },
-            done @ Op::Done(_) => done,
         };
-        self.ops.insert(id, next);
+        self.ops.put(id, next);
     }
 
-    fn try_send(
-        &mut self,
-        fab: &mut Fabric,
-        lib: LibId,
-        peer: u64,
-        target: Target,
-        data: &[u8],
-    ) -> Result<Sent, NodeError> {
-        let (i, route) = match self.conns.route(&self.libs, lib, peer) {
-            Ok(Some(found)) => found,
-            Ok(None) => return Ok(Sent::NoRoute),
-            // The peer's connections all ended: fail now (D3). Otherwise one may still be
-            // handshaking: wait, like for a name not yet announced.
-            Err(NodeError::NoConnection { .. }) => {
-                self.conns.blocked(peer)?;
-                return Ok(Sent::NoConnection);
-            }
-            Err(e) => return Err(e),
+    fn try_send(&mut self, fab: &mut Fabric, w: &Waiting) -> Result<Sent, NodeError> {
+        let (conn, dest) = match self.conns.resolve(&self.libs, w.lib, w.peer, w.target)? {
+            Resolved::Go { conn, dest } => (conn, dest),
+            Resolved::Wait(why) => return Ok(Sent::Blocked(why)),
         };
-        let ep = self.conns.get(i).io.ep;
-        let ns = self.libs.ns(lib)?;
-        Ok(match target {
-            Target::Data(p) => {
-                Sent::InFlight(fab.tag_send(ep, ns.remote_tag(route, p)?.raw(), data)?)
-            }
-            Target::Inbox => {
-                Sent::InFlight(fab.tag_send(ep, ns.remote_inbox(route)?.raw(), data)?)
-            }
-            Target::Am(local) => {
-                fab.am_send(ep, ns.remote_am_id(route, local)?, data)?;
+        let ep = self.conns.get(conn).io.ep;
+        Ok(match dest {
+            Dest::Tag(tag) => Sent::InFlight(fab.tag_send(ep, tag, &w.data)?),
+            Dest::Am(id) => {
+                fab.am_send(ep, id, &w.data)?;
                 Sent::Complete // AMs are eager here
             }
         })
@@ -591,7 +520,7 @@ impl Node {
         let now = fab.now_ms();
         self.conns.forget(|c| c.io.closed, &mut self.unpins, now);
         self.release_pins(fab);
-        let ids: Vec<OpId> = self.ops.keys().copied().collect();
+        let ids = self.ops.running();
         for id in ids {
             self.advance_op(fab, id);
         }
@@ -795,10 +724,8 @@ impl Node {
 
 /// What an attempt to send did.
 enum Sent {
-    /// The peer has not announced the name (yet).
-    NoRoute,
-    /// No established connection to the peer (yet).
-    NoConnection,
+    /// Not yet (P2).
+    Blocked(Blocked),
     /// Handed to the transport; completes later.
     InFlight(SendId),
     /// Handed over and already complete.

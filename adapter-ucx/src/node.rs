@@ -39,7 +39,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tagspace_core::engine::{
-    self, AfterClose, Charge, Check, Control, Expiry, LinkState, LiveClock, QueueOwner, StrayQueue,
+    self, AfterClose, Blocked, Charge, Check, Control, Dest, Expiry, LinkState, LiveClock, Next,
+    QueueOwner, Resolved, StrayQueue, Target, Waiting,
 };
 use tagspace_core::identity::Identity;
 use tagspace_core::namespace::Route;
@@ -253,23 +254,6 @@ struct Closing {
     waits: Vec<Request>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Target {
-    Data(u64),
-    Inbox,
-    Am(u16),
-}
-
-/// A send waiting for a connection or for the peer to announce the name.
-struct Waiting {
-    lib: LibId,
-    peer: u64,
-    target: Target,
-    data: Vec<u8>,
-    since_ms: u64,
-    deadline_ms: u64,
-}
-
 enum Op {
     WaitingRoute(Waiting),
     Sending {
@@ -284,8 +268,10 @@ enum Op {
         /// receive fails when that peer goes down.
         from: Option<u64>,
     },
-    Done(Result<Option<Vec<u8>>, NodeError>),
 }
+
+/// What an operation became after a step (the engine's table keeps finished ones' results).
+type Step = Next<Op, UcxError>;
 
 /// How a node is set up.
 #[derive(Clone, Debug)]
@@ -395,8 +381,7 @@ pub struct Node {
     /// peer index and the peers gone; this node keeps the endpoints in it.
     conns: Conns,
     libs: engine::Libraries<'static, CAP, UcxError>,
-    ops: HashMap<OpId, Op>,
-    next_op: u64,
+    ops: engine::Ops<Op, UcxError>,
     stats: NodeStats,
     stray_by_id: Vec<u64>,
     last_drain_ms: Option<u64>,
@@ -550,8 +535,7 @@ impl Node {
             control_am,
             conns: Conns::new(index_keys()),
             libs: engine::Libraries::new(),
-            ops: HashMap::new(),
-            next_op: 0,
+            ops: engine::Ops::new(),
             stats: NodeStats::default(),
             stray_by_id: vec![0; CAP],
             last_drain_ms: None,
@@ -880,7 +864,7 @@ impl Node {
     /// Forgets operation `op`, finished or not: a receive still waiting is cancelled, and a
     /// request UCX has not finished is parked with its buffer until UCX is done with it.
     pub fn forget(&mut self, op: OpId) {
-        self.ops.remove(&op);
+        self.ops.forget(op);
     }
 
     /// Takes the frames kept for endpoint `key` (oldest first) out of the unattached queue.
@@ -971,13 +955,6 @@ impl Node {
         self.routed(lib, peer, |ns, route| ns.remote_inbox(route))
     }
 
-    fn new_op(&mut self, op: Op) -> OpId {
-        self.next_op += 1;
-        let id = OpId(self.next_op);
-        self.ops.insert(id, op);
-        id
-    }
-
     /// Sends `data` with `payload` to library `lib`'s namespace on `peer`, waiting up to
     /// `timeout_ms` for the connection and for the peer to announce the name (P2).
     pub fn send(
@@ -1016,16 +993,8 @@ impl Node {
         data: Vec<u8>,
         timeout_ms: u64,
     ) -> OpId {
-        let now = self.clock.now_ms();
-        let op = Op::WaitingRoute(Waiting {
-            lib,
-            peer,
-            target,
-            data,
-            since_ms: now,
-            deadline_ms: now.saturating_add(timeout_ms),
-        });
-        let id = self.new_op(op);
+        let w = Waiting::new(lib, peer, target, data, self.clock.now_ms(), timeout_ms);
+        let id = self.ops.start(Next::Wait(Op::WaitingRoute(w)));
         self.advance_op(id);
         id
     }
@@ -1050,14 +1019,7 @@ impl Node {
     ) -> Result<(), NodeError> {
         let r = match self.route_tag(lib, peer, payload) {
             Ok(Some((ep, tag))) => ep.tag_send_from(tag, data).map_err(NodeError::from),
-            Ok(None) => Err(match self.namespace(lib) {
-                Some(ns) => NodeError::PeerLacksNamespace {
-                    name: *ns.name(),
-                    peer,
-                    waited_ms: 0,
-                },
-                None => NodeError::NoSuchLibrary,
-            }),
+            Ok(None) => Err(self.libs.lacks(lib, peer, 0)),
             Err(e) => Err(e),
         };
         self.count(lib, r.is_ok(), true);
@@ -1123,17 +1085,17 @@ impl Node {
     pub fn recv_from(&mut self, lib: LibId, peer: u64, payload: u64, max_len: usize) -> OpId {
         if let Some(cause @ Some(_)) = self.conns.failed_peer(peer) {
             let r = self.finish(lib, Err(NodeError::PeerDown { peer, cause }), false);
-            return self.new_op(r);
+            return self.ops.start(r);
         }
         self.post(lib, Some(peer), payload, max_len)
     }
 
     fn post(&mut self, lib: LibId, from: Option<u64>, payload: u64, max_len: usize) -> OpId {
         let op = match self.post_recv(lib, payload, max_len) {
-            Ok(req) => Op::Receiving { lib, req, from },
+            Ok(req) => Next::Wait(Op::Receiving { lib, req, from }),
             Err(e) => self.finish(lib, Err(e), false),
         };
-        self.new_op(op)
+        self.ops.start(op)
     }
 
     fn post_recv(
@@ -1154,11 +1116,11 @@ impl Node {
         let m = self.libs.ns(lib)?.inbox_matcher();
         match self.worker.tag_probe_take(m.tag(), m.mask(), max_len)? {
             None => Ok(None),
-            Some((_, req)) => Ok(Some(self.new_op(Op::Receiving {
+            Some((_, req)) => Ok(Some(self.ops.start(Next::Wait(Op::Receiving {
                 lib,
                 req,
                 from: None,
-            }))),
+            })))),
         }
     }
 
@@ -1194,14 +1156,14 @@ impl Node {
     /// Cancels a receive still waiting for its message (it then finishes with
     /// `UCS_ERR_CANCELED`); no effect on other operations.
     pub fn cancel(&mut self, op: OpId) {
-        if let Some(Op::Receiving { req, .. }) = self.ops.get(&op) {
+        if let Some(Op::Receiving { req, .. }) = self.ops.get(op) {
             req.cancel();
         }
     }
 
     /// Whether `op` has finished (without taking it).
     pub fn is_done(&self, op: OpId) -> bool {
-        matches!(self.ops.get(&op), Some(Op::Done(_)))
+        self.ops.is_done(op)
     }
 
     /// The result of an operation once it has finished (`Ok(Some(data))` for receives); taking
@@ -1210,13 +1172,7 @@ impl Node {
         if !self.is_done(op) {
             self.advance_op(op);
         }
-        match self.ops.remove(&op)? {
-            Op::Done(r) => Some(r),
-            other => {
-                self.ops.insert(op, other);
-                None
-            }
-        }
+        self.ops.take(op)
     }
 
     /// Operations not yet taken.
@@ -1224,23 +1180,22 @@ impl Node {
         self.ops.len()
     }
 
-    fn finish(&mut self, lib: LibId, r: Result<Option<Vec<u8>>, NodeError>, sent: bool) -> Op {
-        self.count(lib, r.is_ok(), sent);
-        Op::Done(r)
+    fn finish(&mut self, lib: LibId, r: Result<Option<Vec<u8>>, NodeError>, sent: bool) -> Step {
+        Next::finished(&mut self.libs, lib, r, sent)
     }
 
     fn advance_op(&mut self, id: OpId) {
-        let Some(op) = self.ops.remove(&id) else {
+        let Some(op) = self.ops.remove(id) else {
             return;
         };
         let next = match op {
             Op::WaitingRoute(w) => self.try_waiting(w),
             Op::Sending { lib, mut req, conn } => match req.test() {
-                None => Op::Sending { lib, req, conn },
+                None => Next::Wait(Op::Sending { lib, req, conn }),
                 Some(r) => self.finish(lib, r.map(|_| None).map_err(NodeError::from), true),
             },
             Op::Receiving { lib, mut req, from } => match req.test() {
-                None => Op::Receiving { lib, req, from },
+                None => Next::Wait(Op::Receiving { lib, req, from }),
                 Some(Err(e)) if e.status == crate::ucp::Status::CANCELED => {
                     // Cancelled because its peer closed (see `recv_from`), or by the library.
                     let e = match from.and_then(|p| Some((p, self.conns.failed_peer(p)?))) {
@@ -1255,63 +1210,37 @@ impl Node {
                 Some(Ok(Completion::Sent(_))) => self.finish(lib, Ok(None), false),
                 Some(Err(e)) => self.finish(lib, Err(e.into()), false),
             },
-            done @ Op::Done(_) => done,
         };
-        self.ops.insert(id, next);
+        self.ops.put(id, next);
     }
 
-    fn try_waiting(&mut self, w: Waiting) -> Op {
-        let (lib, peer) = (w.lib, w.peer);
-        let now = self.clock.now_ms();
-        match self.try_send(lib, peer, w.target, w.data) {
-            Ok(Sent::InFlight(req, conn)) => Op::Sending { lib, req, conn },
+    fn try_waiting(&mut self, mut w: Waiting) -> Step {
+        let lib = w.lib;
+        match self.try_send(&mut w) {
+            Ok(Sent::InFlight(req, conn)) => Next::Wait(Op::Sending { lib, req, conn }),
             Ok(Sent::Complete) => self.finish(lib, Ok(None), true),
-            Ok(Sent::NoRoute(data) | Sent::NoConnection(data)) if now < w.deadline_ms => {
-                Op::WaitingRoute(Waiting { data, ..w })
-            }
-            Ok(Sent::NoConnection(_)) => {
-                self.finish(lib, Err(NodeError::NoConnection { peer }), true)
-            }
-            Ok(Sent::NoRoute(_)) => {
-                let e = match self.namespace(lib) {
-                    Some(ns) => NodeError::PeerLacksNamespace {
-                        name: *ns.name(),
-                        peer,
-                        waited_ms: now - w.since_ms,
-                    },
-                    None => NodeError::NoSuchLibrary,
-                };
-                self.finish(lib, Err(e), true)
-            }
+            Ok(Sent::Blocked(why)) => match w.blocked(why, self.clock.now_ms(), &self.libs) {
+                Ok(w) => Next::Wait(Op::WaitingRoute(w)),
+                Err(e) => self.finish(lib, Err(e), true),
+            },
             Err(e) => self.finish(lib, Err(e), true),
         }
     }
 
-    fn try_send(
-        &mut self,
-        lib: LibId,
-        peer: u64,
-        target: Target,
-        data: Vec<u8>,
-    ) -> Result<Sent, NodeError> {
-        let (i, route) = match self.conns.route(&self.libs, lib, peer) {
-            Ok(Some(found)) => found,
-            Ok(None) => return Ok(Sent::NoRoute(data)),
-            // The peer's connections all ended: fail now (D3). Otherwise one may still be
-            // handshaking: wait, like for a name not yet announced.
-            Err(NodeError::NoConnection { .. }) => {
-                self.conns.blocked(peer)?;
-                return Ok(Sent::NoConnection(data));
-            }
-            Err(e) => return Err(e),
+    /// Hands a waiting send to UCX if the engine says it can go (the data moves into the
+    /// request), or says why it waits.
+    fn try_send(&mut self, w: &mut Waiting) -> Result<Sent, NodeError> {
+        let (i, dest) = match self.conns.resolve(&self.libs, w.lib, w.peer, w.target)? {
+            Resolved::Go { conn, dest } => (conn, dest),
+            Resolved::Wait(why) => return Ok(Sent::Blocked(why)),
         };
-        let ns = self.libs.ns(lib)?;
         let c = self.conns.get(i);
+        let peer = w.peer;
         let ep = c.io.ep.as_ref().ok_or(NodeError::NoConnection { peer })?;
-        let started = match target {
-            Target::Data(p) => ep.tag_send(ns.remote_tag(route, p)?.raw(), data)?,
-            Target::Inbox => ep.tag_send(ns.remote_inbox(route)?.raw(), data)?,
-            Target::Am(local) => ep.am_send(ns.remote_am_id(route, local)?, data)?,
+        let data = std::mem::take(&mut w.data);
+        let started = match dest {
+            Dest::Tag(tag) => ep.tag_send(tag, data)?,
+            Dest::Am(id) => ep.am_send(id, data)?,
         };
         Ok(match started {
             Started::Done(_) => Sent::Complete,
@@ -1357,13 +1286,7 @@ impl Node {
             busy |= self.sync_ack_recvs();
         }
         busy |= self.release_confirmed();
-        let ids: Vec<OpId> = self
-            .ops
-            .iter()
-            .filter(|(_, op)| !matches!(op, Op::Done(_)))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in ids {
+        for id in self.ops.running() {
             self.advance_op(id);
         }
         for c in self.conns.iter_mut() {
@@ -1486,13 +1409,8 @@ impl Node {
         e: UcxError,
     ) {
         let peer = peer.unwrap_or(0);
-        let doomed: Vec<OpId> = self
-            .ops
-            .iter()
-            .filter(|(_, op)| matches!(op, Op::Sending { conn, .. } if *conn == key))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in doomed {
+        let on_it = |op: &Op| matches!(op, Op::Sending { conn, .. } if *conn == key);
+        for id in self.ops.matching(on_it) {
             self.end_for_peer(id, peer, Some(e));
         }
         drop(waits);
@@ -1504,16 +1422,11 @@ impl Node {
     /// receives that said they wait for it ([`Node::recv_from`]).
     fn peer_gone(&mut self, gone: engine::PeerGone<UcxError>) {
         let engine::PeerGone { peer, cause } = gone;
-        let waiting: Vec<OpId> = self
-            .ops
-            .iter()
-            .filter(|(_, op)| matches!(op, Op::Receiving { from: Some(p), .. } if *p == peer))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in waiting {
+        let from_it = |op: &Op| matches!(op, Op::Receiving { from: Some(p), .. } if *p == peer);
+        for id in self.ops.matching(from_it) {
             if cause.is_none() {
                 // Orderly close: UCX's cancel (a matched receive still completes).
-                if let Some(Op::Receiving { req, .. }) = self.ops.get(&id) {
+                if let Some(Op::Receiving { req, .. }) = self.ops.get(id) {
                     req.cancel();
                 }
                 continue;
@@ -1528,11 +1441,11 @@ impl Node {
     /// a receive is cancelled, and either is parked with its buffer on the worker until UCX is
     /// done with it.
     fn end_for_peer(&mut self, id: OpId, peer: u64, cause: Option<UcxError>) {
-        let (lib, mut req, sent) = match self.ops.remove(&id) {
+        let (lib, mut req, sent) = match self.ops.remove(id) {
             Some(Op::Sending { lib, req, .. }) => (lib, req, true),
             Some(Op::Receiving { lib, req, .. }) => (lib, req, false),
-            Some(other) => {
-                self.ops.insert(id, other);
+            Some(waiting) => {
+                self.ops.put(id, Next::Wait(waiting));
                 return;
             }
             None => return,
@@ -1548,7 +1461,7 @@ impl Node {
             }
         };
         let done = self.finish(lib, r, sent);
-        self.ops.insert(id, done);
+        self.ops.put(id, done);
     }
 
     /// U1: completes the first flush of new endpoints; once one has, the control frames that
@@ -1741,16 +1654,11 @@ impl Node {
     fn abandon_ops(&mut self, i: usize) {
         let (key, peer) = (self.conns.get(i).key(), self.conns.get(i).peer());
         let last = peer.is_some_and(|p| self.live_connections_to(p) <= 1);
-        let doomed: Vec<OpId> = self
-            .ops
-            .iter()
-            .filter(|(_, op)| match op {
-                Op::Sending { conn, .. } => *conn == key,
-                Op::Receiving { from, .. } => last && from.is_some() && *from == peer,
-                _ => false,
-            })
-            .map(|(id, _)| *id)
-            .collect();
+        let doomed = self.ops.matching(|op| match op {
+            Op::Sending { conn, .. } => *conn == key,
+            Op::Receiving { from, .. } => last && from.is_some() && *from == peer,
+            Op::WaitingRoute(_) => false,
+        });
         for id in doomed {
             self.end_for_peer(id, peer.unwrap_or(0), None);
         }
@@ -2165,10 +2073,8 @@ impl Drop for Node {
 
 /// What an attempt to send did.
 enum Sent {
-    /// The peer has not announced the name (yet); the data comes back.
-    NoRoute(Vec<u8>),
-    /// No established connection to the peer (yet); the data comes back.
-    NoConnection(Vec<u8>),
+    /// Not yet (P2): the data stays with the waiting send.
+    Blocked(Blocked),
     /// Handed to UCX on that endpoint; completes later.
     InFlight(Request, EpKey),
     /// Handed over and already complete.

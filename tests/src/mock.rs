@@ -213,7 +213,7 @@ impl Cluster for MockCluster {
     }
 
     fn counters(&self, p: Proc, lib: Lib) -> Counters {
-        let c = self.nodes[p].counters(LibId(lib));
+        let c = self.nodes[p].libraries().counters(LibId(lib));
         Counters {
             sent: c.sent,
             received: c.received,

@@ -109,6 +109,19 @@ impl<'r, const CAP: usize, E: Clone> Libraries<'r, CAP, E> {
         self.get(lib).map(Library::counters).unwrap_or_default()
     }
 
+    /// The error for a send from `lib` that found no route on `peer` after `waited_ms` (P2):
+    /// `PeerLacksNamespace` naming the library's name, or `NoSuchLibrary`.
+    pub fn lacks(&self, lib: LibId, peer: u64, waited_ms: u64) -> NodeError<E> {
+        match self.get(lib) {
+            Some(l) => NodeError::PeerLacksNamespace {
+                name: *l.ns().name(),
+                peer,
+                waited_ms,
+            },
+            None => NodeError::NoSuchLibrary,
+        }
+    }
+
     /// Slots ever handed out (live or released): the length of a per-library cache.
     pub fn slots(&self) -> usize {
         self.libs.len()

@@ -42,6 +42,14 @@ mod libraries;
 #[cfg(feature = "alloc")]
 pub use libraries::{AmDelivery, Libraries, Library};
 #[cfg(feature = "alloc")]
+mod ops;
+#[cfg(feature = "alloc")]
+pub use ops::{Next, Ops, Outcome};
+#[cfg(feature = "alloc")]
+mod sends;
+#[cfg(feature = "alloc")]
+pub use sends::{Dest, Resolved, Target, Waiting};
+#[cfg(feature = "alloc")]
 mod unpins;
 #[cfg(feature = "alloc")]
 pub use unpins::{QueueOwner, StrayQueue, UnpinPass, Unpins};
