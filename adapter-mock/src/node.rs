@@ -14,7 +14,7 @@
 
 use crate::fabric::{EpId, Fabric, FabricError, ProcessId, RecvId, SendId, WorkerEvent, WorkerId};
 use tagspace_core::engine::{
-    self, AfterClose, AmDelivery, Blocked, Charge, Check, Control, Dest, LiveClock, Liveness, Next,
+    self, AfterClose, AmDelivery, Blocked, Charge, Check, Control, Dest, Liveness, Next,
     PeerLimits, QueueOwner, Resolved, StrayQueue, Target, Waiting,
 };
 use tagspace_core::session::SessionError;
@@ -43,8 +43,8 @@ struct Io {
     closed: bool,
 }
 
-/// The core engine's connection table, on fabric endpoints.
-type Conns = engine::Connections<EpId, Io, FabricError, CAP>;
+/// The core engine, on fabric endpoints and operations.
+type Engine = engine::Engine<'static, EpId, Io, Op, FabricError, CAP>;
 
 /// A running operation (the engine's table keeps the finished ones' results).
 enum Op {
@@ -63,25 +63,17 @@ pub struct Node {
     token: u64,
     worker: WorkerId,
     control_am: u16,
-    conns: Conns,
-    libs: engine::Libraries<'static, CAP, FabricError>,
-    ops: engine::Ops<Op, FabricError>,
+    /// The core engine: every protocol decision is its (this node moves bytes).
+    engine: Engine,
     stray: u64,
     last_drain_ms: Option<u64>,
     buf: Vec<u8>,
-    liveness: Option<Liveness>,
-    live: LiveClock,
     /// The fabric's time at the last `progress` (new connections start their deadlines there).
     last_now_ms: u64,
     deadline_closes: u64,
-    /// Per-connection flood limits (D5), as on UCX.
-    limits: PeerLimits,
     flood_closes: u64,
     /// Host mode ([`set_host_mode`](Node::set_host_mode)).
     host: bool,
-    /// R7: ids this node's sessions are done with, on their way back to the registry (the
-    /// core engine's, as on the UCX node).
-    unpins: engine::Unpins<CAP>,
 }
 
 impl Node {
@@ -122,23 +114,22 @@ impl Node {
             worker,
             control_am,
             // Fixed keys: a simulation stays reproducible (a real node's are random).
-            conns: Conns::new([
-                0x243f_6a88_85a3_08d3 ^ worker.0 as u64,
-                0x9e37_79b9_7f4a_7c15,
-            ]),
-            libs: engine::Libraries::new(),
-            ops: engine::Ops::new(),
+            engine: Engine::new(
+                [
+                    0x243f_6a88_85a3_08d3 ^ worker.0 as u64,
+                    0x9e37_79b9_7f4a_7c15,
+                ],
+                fab.now_ms(),
+                Some(Liveness::default()),
+                PeerLimits::default(),
+            ),
             stray: 0,
             last_drain_ms: None,
             buf: vec![0; MAX_FRAME_LEN],
-            liveness: Some(Liveness::default()),
-            live: LiveClock::new(fab.now_ms()),
             last_now_ms: fab.now_ms(),
             deadline_closes: 0,
-            limits: PeerLimits::default(),
             flood_closes: 0,
             host: false,
-            unpins: engine::Unpins::new(),
         }
     }
 
@@ -155,12 +146,12 @@ impl Node {
 
     /// Host mode: released ids kept quarantined because a message is still queued in them.
     pub fn quarantine_held(&self) -> usize {
-        self.unpins.held(self.registry)
+        self.engine.unpins.held(self.registry)
     }
 
     /// The heartbeat ([`Liveness`], on by default as on UCX); `None` turns it off.
     pub fn set_liveness(&mut self, liveness: Option<Liveness>) {
-        self.liveness = liveness;
+        self.engine.liveness = liveness;
     }
 
     /// Connections this node closed because a deadline passed (handshake, withdrawal
@@ -171,7 +162,7 @@ impl Node {
 
     /// Per-connection flood limits ([`PeerLimits`], the core engine's; default as on UCX).
     pub fn set_limits(&mut self, limits: PeerLimits) {
-        self.limits = limits;
+        self.engine.limits = limits;
     }
 
     /// Connections this node cut off because the peer went over its [`PeerLimits`].
@@ -196,25 +187,27 @@ impl Node {
 
     /// Registers a library.
     pub fn register(&mut self, name: &str) -> Result<LibId, NodeError> {
-        let lib = self.libs.register(self.registry, name)?;
-        self.conns.refresh_all_routes(&self.libs);
+        let lib = self.engine.libs.register(self.registry, name)?;
+        self.engine.conns.refresh_all_routes(&self.engine.libs);
         Ok(lib)
     }
 
     /// Releases a library: its id is withdrawn from every peer at the next `progress`, and its
     /// posted receives are cancelled (they finish with `NoSuchLibrary`).
     pub fn release(&mut self, fab: &mut Fabric, lib: LibId) {
-        if let Some(l) = self.libs.remove(lib) {
+        if let Some(l) = self.engine.libs.remove(lib) {
             for id in l.am_ids() {
                 fab.am_clear_handler(self.worker, id);
             }
             // Its receives go with it (R7), as on the UCX node: one left posted would match a
             // message meant for the next name to take the id.
             let mine = |op: &Op| matches!(op, Op::Receiving { lib: of, .. } if *of == lib);
-            for id in self.ops.matching(mine) {
-                if let Some(Op::Receiving { recv, .. }) = self.ops.get(id) {
+            for id in self.engine.ops.matching(mine) {
+                if let Some(Op::Receiving { recv, .. }) = self.engine.ops.get(id) {
                     if fab.recv_cancel(self.worker, *recv) {
-                        self.ops.put(id, Next::Done(Err(NodeError::NoSuchLibrary)));
+                        self.engine
+                            .ops
+                            .put(id, Next::Done(Err(NodeError::NoSuchLibrary)));
                     }
                 }
             }
@@ -223,13 +216,13 @@ impl Node {
 
     /// The namespace of a library.
     pub fn namespace(&self, lib: LibId) -> Option<&Namespace<'static, CAP>> {
-        self.libs.ns(lib).ok()
+        self.engine.libs.ns(lib).ok()
     }
 
     /// The libraries registered here (their counters, namespaces, queues): the core engine's
     /// table.
     pub fn libraries(&self) -> &engine::Libraries<'static, CAP, FabricError> {
-        &self.libs
+        &self.engine.libs
     }
 
     /// Messages for unregistered ids drained so far (D2).
@@ -239,35 +232,35 @@ impl Node {
 
     /// Control-plane errors from peers (each closed that peer's connection only).
     pub fn protocol_errors(&self) -> &[SessionError] {
-        self.conns.protocol_errors()
+        self.engine.conns.protocol_errors()
     }
 
     /// Open, established connections to `peer`.
     pub fn live_connections_to(&self, peer: u64) -> usize {
-        self.conns.live_to(peer)
+        self.engine.conns.live_to(peer)
     }
 
     /// Tokens of peers with an open, established connection.
     pub fn peers(&self) -> Vec<u64> {
-        self.conns.peers()
+        self.engine.conns.peers()
     }
 
     /// Connections this node holds: open ones, ones still handshaking, superseded ones still
     /// lingering; ended ones are forgotten at the next `progress` (D5), as on UCX.
     pub fn connection_count(&self) -> usize {
-        self.conns.len()
+        self.engine.conns.len()
     }
 
     /// `lib` starts hearing of peers coming up and going down; every peer already up is
     /// reported at once.
     pub fn listen(&mut self, lib: LibId) -> Result<(), NodeError> {
         let up = self.peers();
-        self.libs.listen_peers(lib, up)
+        self.engine.libs.listen_peers(lib, up)
     }
 
     /// The next peer event for a listening library.
     pub fn peer_event(&mut self, lib: LibId) -> Option<engine::PeerEvent<FabricError>> {
-        self.libs.peer_event(lib)
+        self.engine.libs.peer_event(lib)
     }
 
     /// Opens a connection to another process's worker; the handshake runs in `progress`.
@@ -280,11 +273,16 @@ impl Node {
 
     fn add_conn(&mut self, ep: EpId, role: Role) {
         let io = Io { ep, closed: false };
-        let (layout, now, live) = (self.registry.layout(), self.last_now_ms, self.live.now());
+        let (layout, now, live) = (
+            self.registry.layout(),
+            self.last_now_ms,
+            self.engine.live.now(),
+        );
         let i = self
+            .engine
             .conns
             .add(ep, role, &self.identity, layout, now, live, io);
-        self.conns.refresh_routes(i, &self.libs);
+        self.engine.conns.refresh_routes(i, &self.engine.libs);
     }
 
     /// Hostile-peer hook for tests: sends raw bytes as a control frame to `peer`.
@@ -294,15 +292,20 @@ impl Node {
         peer: u64,
         bytes: &[u8],
     ) -> Result<(), NodeError> {
-        let ep = self.conns.get(self.conns.serving(peer)?).io.ep;
+        let ep = self
+            .engine
+            .conns
+            .get(self.engine.conns.serving(peer)?)
+            .io
+            .ep;
         fab.am_send(ep, self.control_am, bytes)?;
         Ok(())
     }
 
     /// The shared endpoint to `peer`, for code outside tagspace (a legacy library).
     pub fn endpoint_to(&self, peer: u64) -> Option<EpId> {
-        let i = self.conns.serving(peer).ok()?;
-        Some(self.conns.get(i).io.ep)
+        let i = self.engine.conns.serving(peer).ok()?;
+        Some(self.engine.conns.get(i).io.ep)
     }
 
     /// The endpoint to `peer` and the tag for `payload` in `lib`'s namespace there, as the
@@ -314,10 +317,10 @@ impl Node {
         peer: u64,
         payload: u64,
     ) -> Result<Option<(EpId, u64)>, NodeError> {
-        match self.conns.route(&self.libs, lib, peer)? {
+        match self.engine.conns.route(&self.engine.libs, lib, peer)? {
             Some((i, route)) => {
-                let tag = self.libs.ns(lib)?.remote_tag(route, payload)?;
-                Ok(Some((self.conns.get(i).io.ep, tag.raw())))
+                let tag = self.engine.libs.ns(lib)?.remote_tag(route, payload)?;
+                Ok(Some((self.engine.conns.get(i).io.ep, tag.raw())))
             }
             None => Ok(None),
         }
@@ -373,7 +376,7 @@ impl Node {
     ) -> OpId {
         let w = Waiting::new(lib, peer, target, data.to_vec(), fab.now_ms(), timeout_ms);
         let op = Op::WaitingRoute(w);
-        let id = self.ops.start(Next::Wait(op));
+        let id = self.engine.ops.start(Next::Wait(op));
         self.advance_op(fab, id);
         id
     }
@@ -384,7 +387,7 @@ impl Node {
             Ok(recv) => Next::Wait(Op::Receiving { lib, recv }),
             Err(e) => Next::Done(Err(e)),
         };
-        let id = self.ops.start(op);
+        let id = self.engine.ops.start(op);
         self.advance_op(fab, id);
         id
     }
@@ -395,7 +398,7 @@ impl Node {
         lib: LibId,
         payload: u64,
     ) -> Result<RecvId, NodeError> {
-        let m = self.libs.ns(lib)?.matcher_exact(payload)?;
+        let m = self.engine.libs.ns(lib)?.matcher_exact(payload)?;
         Ok(fab.tag_recv(self.worker, m.tag(), m.mask())?)
     }
 
@@ -405,38 +408,38 @@ impl Node {
         fab: &mut Fabric,
         lib: LibId,
     ) -> Result<Option<Vec<u8>>, NodeError> {
-        let m = self.libs.ns(lib)?.inbox_matcher();
+        let m = self.engine.libs.ns(lib)?.inbox_matcher();
         let got = fab.tag_probe(self.worker, m.tag(), m.mask(), true)?;
         if got.is_some() {
-            self.libs.count(lib, true, false);
+            self.engine.libs.count(lib, true, false);
         }
         Ok(got.map(|r| r.data))
     }
 
     /// Listens on `lib`'s local AM id `local`.
     pub fn am_listen(&mut self, fab: &mut Fabric, lib: LibId, local: u16) -> Result<(), NodeError> {
-        let id = self.libs.am_listen(lib, local)?;
+        let id = self.engine.libs.am_listen(lib, local)?;
         fab.am_set_handler(self.worker, id)?;
         Ok(())
     }
 
     /// The next Active Message for `lib` on `local`.
     pub fn am_take(&mut self, lib: LibId, local: u16) -> Option<Vec<u8>> {
-        self.libs.am_take(lib, local)
+        self.engine.libs.am_take(lib, local)
     }
 
     /// The result of an operation once it has finished (`Ok(Some(data))` for receives); taking
     /// it forgets the operation.
     pub fn take(&mut self, op: OpId) -> Option<Result<Option<Vec<u8>>, NodeError>> {
-        self.ops.take(op)
+        self.engine.ops.take(op)
     }
 
     fn finish(&mut self, lib: LibId, r: Result<Option<Vec<u8>>, NodeError>, sent: bool) -> Step {
-        Next::finished(&mut self.libs, lib, r, sent)
+        Next::finished(&mut self.engine.libs, lib, r, sent)
     }
 
     fn advance_op(&mut self, fab: &mut Fabric, id: OpId) {
-        let Some(op) = self.ops.remove(id) else {
+        let Some(op) = self.engine.ops.remove(id) else {
             return;
         };
         let next = match op {
@@ -445,7 +448,8 @@ impl Node {
                 match self.try_send(fab, &w) {
                     Ok(Sent::InFlight(send)) => Next::Wait(Op::Sending { lib, send }),
                     Ok(Sent::Complete) => self.finish(lib, Ok(None), true),
-                    Ok(Sent::Blocked(why)) => match w.blocked(why, fab.now_ms(), &self.libs) {
+                    Ok(Sent::Blocked(why)) => match w.blocked(why, fab.now_ms(), &self.engine.libs)
+                    {
                         Ok(w) => Next::Wait(Op::WaitingRoute(w)),
                         Err(e) => self.finish(lib, Err(e), true),
                     },
@@ -463,15 +467,15 @@ impl Node {
                 }
             },
         };
-        self.ops.put(id, next);
+        self.engine.ops.put(id, next);
     }
 
     fn try_send(&mut self, fab: &mut Fabric, w: &Waiting) -> Result<Sent, NodeError> {
-        let (conn, dest) = match self.conns.resolve(&self.libs, w.lib, w.peer, w.target)? {
+        let (conn, dest) = match self.engine.resolve(w)? {
             Resolved::Go { conn, dest } => (conn, dest),
             Resolved::Wait(why) => return Ok(Sent::Blocked(why)),
         };
-        let ep = self.conns.get(conn).io.ep;
+        let ep = self.engine.conns.get(conn).io.ep;
         Ok(match dest {
             Dest::Tag(tag) => Sent::InFlight(fab.tag_send(ep, tag, &w.data)?),
             Dest::Am(id) => {
@@ -492,10 +496,10 @@ impl Node {
             match ev {
                 WorkerEvent::Accepted(ep) => self.add_conn(ep, Role::Acceptor),
                 WorkerEvent::EndpointError(ep, e) => {
-                    if let Some(i) = self.conns.find(ep, |c| !c.io.closed) {
+                    if let Some(i) = self.engine.conns.find(ep, |c| !c.io.closed) {
                         // The fabric has failed what was in flight on it (D3).
-                        self.conns.failed(i, e, &mut self.libs);
-                        self.conns.get_mut(i).io.closed = true;
+                        self.engine.conns.failed(i, e, &mut self.engine.libs);
+                        self.engine.conns.get_mut(i).io.closed = true;
                     }
                 }
             }
@@ -508,7 +512,7 @@ impl Node {
                 continue;
             }
             let layout = self.registry.layout();
-            if let AmDelivery::Stray { .. } = self.libs.deliver_am(layout, am.id, am.data) {
+            if let AmDelivery::Stray { .. } = self.engine.libs.deliver_am(layout, am.id, am.data) {
                 self.stray += 1;
                 self.charge(fab, am.reply_ep, Charge::Unwanted);
             }
@@ -518,9 +522,11 @@ impl Node {
         self.expire_deadlines(fab);
         self.end_lingering(fab);
         let now = fab.now_ms();
-        self.conns.forget(|c| c.io.closed, &mut self.unpins, now);
+        self.engine
+            .conns
+            .forget(|c| c.io.closed, &mut self.engine.unpins, now);
         self.release_pins(fab);
-        let ids = self.ops.running();
+        let ids = self.engine.ops.running();
         for id in ids {
             self.advance_op(fab, id);
         }
@@ -535,12 +541,13 @@ impl Node {
     }
 
     fn on_control(&mut self, fab: &mut Fabric, ep: EpId, bytes: &[u8]) {
-        let Some(i) = self.conns.find(ep, |c| !c.io.closed) else {
+        let Some(i) = self.engine.conns.find(ep, |c| !c.io.closed) else {
             return;
         };
         match self
+            .engine
             .conns
-            .on_control(i, bytes, fab.now_ms(), &mut self.libs)
+            .on_control(i, bytes, fab.now_ms(), &mut self.engine.libs)
         {
             Control::Handled => {}
             Control::Established { superseded, .. } => {
@@ -563,14 +570,18 @@ impl Node {
     /// Counts one message from `ep`'s connection against the [`PeerLimits`]; a peer over them
     /// is cut off (CLOSE with reason `Flood`). Returns whether the message may be handled.
     fn charge(&mut self, fab: &mut Fabric, ep: EpId, what: Charge) -> bool {
-        let Some(i) = self.conns.find(ep, |c| !c.io.closed && c.is_open()) else {
+        let Some(i) = self.engine.conns.find(ep, |c| !c.io.closed && c.is_open()) else {
             return true;
         };
-        if self.conns.charge(i, fab.now_ms(), what, self.limits) {
+        if self
+            .engine
+            .conns
+            .charge(i, fab.now_ms(), what, self.engine.limits)
+        {
             return true;
         }
         self.flood_closes += 1;
-        self.conns.cut_off(i, Some(CloseReason::Flood));
+        self.engine.conns.cut_off(i, Some(CloseReason::Flood));
         self.end_conn(fab, i);
         false
     }
@@ -579,12 +590,12 @@ impl Node {
     /// endpoint closes.
     fn end_conn(&mut self, fab: &mut Fabric, i: usize) {
         self.flush_conn(fab, i);
-        self.conns.end(i, None, &mut self.libs);
+        self.engine.conns.end(i, None, &mut self.engine.libs);
         self.close_ep(fab, i);
     }
 
     fn close_ep(&mut self, fab: &mut Fabric, i: usize) {
-        let io = &mut self.conns.get_mut(i).io;
+        let io = &mut self.engine.conns.get_mut(i).io;
         if !io.closed {
             io.closed = true;
             fab.ep_close(io.ep);
@@ -593,14 +604,14 @@ impl Node {
 
     /// P4: superseded connections' endpoints close once their linger is over.
     fn end_lingering(&mut self, fab: &mut Fabric) {
-        let done: Vec<usize> = self.conns.lingered(fab.now_ms()).collect();
+        let done: Vec<usize> = self.engine.conns.lingered(fab.now_ms()).collect();
         for i in done {
             self.close_ep(fab, i);
         }
     }
 
     fn flush_conn(&mut self, fab: &mut Fabric, i: usize) {
-        let c = self.conns.get_mut(i);
+        let c = self.engine.conns.get_mut(i);
         if c.io.closed {
             return;
         }
@@ -624,19 +635,26 @@ impl Node {
         if self.host {
             // Exactly the tags some session waits for (a host's tags may be anywhere else).
             let awaited: Vec<u64> = self
+                .engine
                 .conns
                 .awaited_ack_tags(&layout, |io| !io.closed)
                 .collect();
             for tag in awaited {
                 if let Ok(Some(_)) = fab.tag_probe(self.worker, tag, u64::MAX, true) {
-                    self.conns.claim_ack_tag(&layout, tag, |io| !io.closed);
+                    self.engine
+                        .conns
+                        .claim_ack_tag(&layout, tag, |io| !io.closed);
                 }
             }
             return;
         }
         let tag = (CONTROL_ID as u64) << layout.namespace_field().shift();
         while let Ok(Some(r)) = fab.tag_probe(self.worker, tag, layout.namespace_mask(), true) {
-            if !self.conns.claim_ack_tag(&layout, r.tag, |io| !io.closed) {
+            if !self
+                .engine
+                .conns
+                .claim_ack_tag(&layout, r.tag, |io| !io.closed)
+            {
                 self.stray += 1;
             }
         }
@@ -647,7 +665,10 @@ impl Node {
     /// mode: held while anything waits in it). The core engine decides, as on UCX.
     fn release_pins(&mut self, fab: &mut Fabric) {
         let now = fab.now_ms();
-        let confirmed = self.unpins.collect_confirmed(self.conns.as_mut_slice());
+        let confirmed = self
+            .engine
+            .unpins
+            .collect_confirmed(self.engine.conns.as_mut_slice());
         let owner = if self.host {
             QueueOwner::Host {
                 look_every_ms: DRAIN_INTERVAL_MS,
@@ -656,7 +677,7 @@ impl Node {
             QueueOwner::Node
         };
         let mut queue = FabricQueue::new(fab, self.worker, self.registry.layout());
-        let pass = self.unpins.run(
+        let pass = self.engine.unpins.run(
             self.registry,
             now,
             owner,
@@ -669,13 +690,14 @@ impl Node {
 
     /// The connection deadlines, decided by the core engine exactly as on the UCX node.
     fn expire_deadlines(&mut self, fab: &mut Fabric) {
-        let due = self
-            .conns
-            .sweep(&mut self.live, fab.now_ms(), self.liveness);
+        let due =
+            self.engine
+                .conns
+                .sweep(&mut self.engine.live, fab.now_ms(), self.engine.liveness);
         for (i, check) in due {
             if let Check::Expired(why) = check {
                 self.deadline_closes += 1;
-                self.conns.cut_off(i, Some(why.reason()));
+                self.engine.conns.cut_off(i, Some(why.reason()));
                 self.end_conn(fab, i);
             } else {
                 self.flush_conn(fab, i); // a PING was queued
@@ -684,8 +706,8 @@ impl Node {
     }
 
     fn flush(&mut self, fab: &mut Fabric) {
-        for i in 0..self.conns.len() {
-            if self.conns.get(i).is_open() {
+        for i in 0..self.engine.conns.len() {
+            if self.engine.conns.get(i).is_open() {
                 self.flush_conn(fab, i);
             }
         }
@@ -711,9 +733,9 @@ impl Node {
 
     /// Closes every connection (orderly CLOSE).
     pub fn shutdown(&mut self, fab: &mut Fabric) {
-        for i in 0..self.conns.len() {
-            if self.conns.get(i).is_open() {
-                self.conns.cut_off(i, Some(CloseReason::Normal));
+        for i in 0..self.engine.conns.len() {
+            if self.engine.conns.get(i).is_open() {
+                self.engine.conns.cut_off(i, Some(CloseReason::Normal));
                 self.end_conn(fab, i);
             } else {
                 self.close_ep(fab, i);

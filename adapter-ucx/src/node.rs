@@ -39,8 +39,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tagspace_core::engine::{
-    self, AfterClose, Blocked, Charge, Check, Control, Dest, Expiry, LinkState, LiveClock, Next,
-    QueueOwner, Resolved, StrayQueue, Target, Waiting,
+    self, AfterClose, Blocked, Charge, Check, Control, Dest, Expiry, LinkState, Next, QueueOwner,
+    Resolved, StrayQueue, Target, Waiting,
 };
 use tagspace_core::identity::Identity;
 use tagspace_core::namespace::Route;
@@ -239,8 +239,8 @@ struct Io {
     withhold_acks: bool,
 }
 
-/// The core engine's connection table, on UCX endpoints.
-type Conns = engine::Connections<EpKey, Io, UcxError, CAP>;
+/// The core engine, on UCX endpoints and requests.
+type Engine = engine::Engine<'static, EpKey, Io, Op, UcxError, CAP>;
 type Conn = engine::Connection<EpKey, Io, UcxError, CAP>;
 
 /// An endpoint being closed in order: closed only once every request on it has finished (UCX
@@ -377,11 +377,11 @@ pub struct Node {
     worker: Worker,
     listener: Option<Listener>,
     control_am: u16,
-    /// The core engine's connection table: sessions, states, deadlines, route caches, the
-    /// peer index and the peers gone; this node keeps the endpoints in it.
-    conns: Conns,
-    libs: engine::Libraries<'static, CAP, UcxError>,
-    ops: engine::Ops<Op, UcxError>,
+    /// The core engine: connections (sessions, states, deadlines, route caches, the peer
+    /// index, the peers gone), libraries, operations, R7's unpinning, the heartbeat and flood
+    /// settings. This node keeps its endpoints and UCX requests in it and carries out what it
+    /// decides.
+    engine: Engine,
     stats: NodeStats,
     stray_by_id: Vec<u64>,
     last_drain_ms: Option<u64>,
@@ -390,10 +390,6 @@ pub struct Node {
     /// The last drain took strays: keep draining on every call while they keep coming.
     flooded: bool,
     clock: Clock,
-    limits: PeerLimits,
-    liveness: Option<Liveness>,
-    /// The heartbeat's clock: [`Clock`] time counted only while this node progresses.
-    live: LiveClock,
     /// Closes and drains UCX has not finished with yet.
     background: Vec<Request>,
     /// Endpoints waiting for their requests to finish before they are closed.
@@ -402,10 +398,6 @@ pub struct Node {
     /// The posted receive for withdrawal acknowledgements (R7): the control namespace, any
     /// payload. Re-posted as each completes.
     ack_recv: Option<Request>,
-    /// R7: ids this node's sessions are done with (confirmed withdrawals; ended connections'
-    /// pins after [`engine::CLOSED_PIN_LINGER_MS`]), on their way back to the registry: the
-    /// core engine decides when, and what is drained first.
-    unpins: engine::Unpins<CAP>,
     /// `Some` on a worker a host owns ([`Node::adopt`]).
     host: Option<HostInfo>,
     /// Host mode: one exact receive per awaited withdrawal-ack tag (no wildcard over the
@@ -525,7 +517,6 @@ impl Node {
             Some(a) => Some(worker.listen(a)?),
             None => None,
         };
-        let live = LiveClock::new(cfg.clock.now_ms());
         let node = Node {
             registry,
             token: cfg.identity.token(),
@@ -533,23 +524,17 @@ impl Node {
             worker,
             listener,
             control_am,
-            conns: Conns::new(index_keys()),
-            libs: engine::Libraries::new(),
-            ops: engine::Ops::new(),
+            engine: Engine::new(index_keys(), cfg.clock.now_ms(), cfg.liveness, cfg.limits),
             stats: NodeStats::default(),
             stray_by_id: vec![0; CAP],
             last_drain_ms: None,
             sweep_id: 0,
             flooded: false,
             clock: cfg.clock,
-            limits: cfg.limits,
-            liveness: cfg.liveness,
-            live,
             background: Vec::new(),
             closing: Vec::new(),
             buf: vec![0; MAX_FRAME_LEN],
             ack_recv: None,
-            unpins: engine::Unpins::new(),
             host,
             ack_exact: HashMap::new(),
             attached: std::collections::HashSet::new(),
@@ -606,9 +591,13 @@ impl Node {
 
     /// Registers a library.
     pub fn register(&mut self, name: &str) -> Result<LibId, NodeError> {
-        let lib = self.libs.register(self.registry, name)?;
-        tracing::debug!(name, id = self.libs.ns(lib)?.id(), "namespace registered");
-        self.conns.refresh_all_routes(&self.libs);
+        let lib = self.engine.libs.register(self.registry, name)?;
+        tracing::debug!(
+            name,
+            id = self.engine.libs.ns(lib)?.id(),
+            "namespace registered"
+        );
+        self.engine.conns.refresh_all_routes(&self.engine.libs);
         Ok(lib)
     }
 
@@ -617,7 +606,7 @@ impl Node {
     /// cancelled (they finish with `UCS_ERR_CANCELED`): left posted, one would take a message
     /// meant for the next name to get the id.
     pub fn release(&mut self, lib: LibId) {
-        if let Some(l) = self.libs.remove(lib) {
+        if let Some(l) = self.engine.libs.remove(lib) {
             for id in l.am_ids() {
                 let _ = self.worker.clear_am_handler(id);
             }
@@ -625,7 +614,7 @@ impl Node {
             // the next name to take the id, UCX matching the oldest posted receive first. They
             // finish with UCS_ERR_CANCELED (one already matched to a rendezvous still completes
             // with its data, which was sent to this name).
-            for op in self.ops.values() {
+            for op in self.engine.ops.values() {
                 if let Op::Receiving { lib: of, req, .. } = op {
                     if *of == lib {
                         req.cancel();
@@ -638,12 +627,12 @@ impl Node {
 
     /// The namespace of a library.
     pub fn namespace(&self, lib: LibId) -> Option<&Namespace<'static, CAP>> {
-        self.libs.ns(lib).ok()
+        self.engine.libs.ns(lib).ok()
     }
 
     /// Counters of a library.
     pub fn counters(&self, lib: LibId) -> Counters {
-        self.libs.counters(lib)
+        self.engine.libs.counters(lib)
     }
 
     /// Node-wide counters.
@@ -659,24 +648,24 @@ impl Node {
     /// The last [`PROTOCOL_ERRORS_KEPT`] control-plane errors from peers, oldest first (each
     /// closed that peer's connection only; `stats().protocol_errors` counts them all).
     pub fn protocol_errors(&self) -> &[SessionError] {
-        self.conns.protocol_errors()
+        self.engine.conns.protocol_errors()
     }
 
     /// `lib` starts hearing of peers coming up and going down (a namespaced listener): every
     /// peer already up is reported at once.
     pub fn listen(&mut self, lib: LibId) -> Result<(), NodeError> {
         let up = self.peers();
-        self.libs.listen_peers(lib, up)
+        self.engine.libs.listen_peers(lib, up)
     }
 
     /// The next peer event for a listening library.
     pub fn peer_event(&mut self, lib: LibId) -> Option<PeerEvent> {
-        self.libs.peer_event(lib)
+        self.engine.libs.peer_event(lib)
     }
 
     /// Open, established connections to `peer`.
     pub fn live_connections_to(&self, peer: u64) -> usize {
-        self.conns.live_to(peer)
+        self.engine.conns.live_to(peer)
     }
 
     /// Whether this node has work in flight that needs more progress to finish: a connection
@@ -687,7 +676,7 @@ impl Node {
         // A connection whose peer's HELLO came but whose PROOF has not is waiting on the peer
         // alone (an honest peer's PROOF is then in its own queue or on the wire); one that
         // claims an identity it cannot prove would otherwise count as busy until it is closed.
-        self.conns.iter().any(|c| {
+        self.engine.conns.iter().any(|c| {
             c.is_open()
                 && (c.session().phase() == Phase::Connecting || !c.io.ctl_inflight.is_empty())
         }) || !self.background.is_empty()
@@ -698,12 +687,12 @@ impl Node {
     /// lingering, and closed ones whose endpoint UCX has not let go yet; closed connections are
     /// forgotten once their endpoint is gone (D5).
     pub fn connection_count(&self) -> usize {
-        self.conns.len()
+        self.engine.conns.len()
     }
 
     /// Tokens of peers with an open, established connection.
     pub fn peers(&self) -> Vec<u64> {
-        self.conns.peers()
+        self.engine.conns.peers()
     }
 
     /// Opens an endpoint to the node listening at `addr`; the handshake runs in `progress`.
@@ -733,14 +722,15 @@ impl Node {
             ctl_inflight: Vec::new(),
             withhold_acks: false,
         };
-        let (now, live) = (self.clock.now_ms(), self.live.now());
+        let (now, live) = (self.clock.now_ms(), self.engine.live.now());
         let layout = self.registry.layout();
         let i = self
+            .engine
             .conns
             .add(key, role, &self.identity, layout, now, live, io);
-        self.conns.refresh_routes(i, &self.libs);
+        self.engine.conns.refresh_routes(i, &self.engine.libs);
         if let Some(e) = failed {
-            self.conns.failed(i, e, &mut self.libs);
+            self.engine.conns.failed(i, e, &mut self.engine.libs);
             self.fail_ep(i, e);
         }
     }
@@ -796,7 +786,8 @@ impl Node {
     /// knows its endpoint finds the peer's name for routing.
     pub fn peer_on(&self, ep: sys::ucp_ep_h) -> Option<u64> {
         let key = EpKey::of(ep);
-        self.conns
+        self.engine
+            .conns
             .iter()
             .find(|c| {
                 c.key() == key && c.io.ep.is_some() && c.is_open() && c.session().is_established()
@@ -826,8 +817,8 @@ impl Node {
             op: "endpoint detached by the host",
             status: Status::CANCELED,
         };
-        if let Some(i) = self.conns.find(key, |c| c.io.ep.is_some()) {
-            match self.conns.get(i).is_open() {
+        if let Some(i) = self.engine.conns.find(key, |c| c.io.ep.is_some()) {
+            match self.engine.conns.get(i).is_open() {
                 true => self.cut_off(i, Some(CloseReason::Normal)),
                 false => self.retire_ep(i),
             }
@@ -864,7 +855,7 @@ impl Node {
     /// Forgets operation `op`, finished or not: a receive still waiting is cancelled, and a
     /// request UCX has not finished is parked with its buffer until UCX is done with it.
     pub fn forget(&mut self, op: OpId) {
-        self.ops.forget(op);
+        self.engine.ops.forget(op);
     }
 
     /// Takes the frames kept for endpoint `key` (oldest first) out of the unattached queue.
@@ -899,8 +890,9 @@ impl Node {
 
     /// Hostile-peer hook for tests: sends raw bytes as a control frame to `peer`.
     pub fn inject_control(&mut self, peer: u64, bytes: &[u8]) -> Result<(), NodeError> {
-        let i = self.conns.serving(peer)?;
-        let ep = (self.conns.get(i).io.ep.as_ref()).ok_or(NodeError::NoConnection { peer })?;
+        let i = self.engine.conns.serving(peer)?;
+        let ep =
+            (self.engine.conns.get(i).io.ep.as_ref()).ok_or(NodeError::NoConnection { peer })?;
         if let Started::Pending(r) = ep.am_send(self.control_am, bytes.to_vec())? {
             self.background.push(r);
         }
@@ -912,8 +904,8 @@ impl Node {
     /// `None` until the connection is established, which is only after the endpoint's wire-up
     /// has finished (U1): a send on it is never exposed to openucx/ucx#6872.
     pub fn endpoint_to(&self, peer: u64) -> Option<&Endpoint> {
-        let i = self.conns.serving(peer).ok()?;
-        self.conns.get(i).io.ep.as_ref()
+        let i = self.engine.conns.serving(peer).ok()?;
+        self.engine.conns.get(i).io.ep.as_ref()
     }
 
     /// The fast path: the endpoint to `peer` and the tag for `payload` in `lib`'s namespace
@@ -937,12 +929,12 @@ impl Node {
         peer: u64,
         tag: impl FnOnce(&Namespace<'static, CAP>, Route) -> Result<Tag, TagError>,
     ) -> Result<Option<(&Endpoint, u64)>, NodeError> {
-        let Some((i, route)) = self.conns.route(&self.libs, lib, peer)? else {
+        let Some((i, route)) = self.engine.conns.route(&self.engine.libs, lib, peer)? else {
             return Ok(None);
         };
-        let ep = self.conns.get(i).io.ep.as_ref();
+        let ep = self.engine.conns.get(i).io.ep.as_ref();
         let ep = ep.ok_or(NodeError::NoConnection { peer })?;
-        Ok(Some((ep, tag(self.libs.ns(lib)?, route)?.raw())))
+        Ok(Some((ep, tag(self.engine.libs.ns(lib)?, route)?.raw())))
     }
 
     /// [`route_tag`](Self::route_tag) for the peer's inbox tag of `lib` ("a new transmission
@@ -994,7 +986,7 @@ impl Node {
         timeout_ms: u64,
     ) -> OpId {
         let w = Waiting::new(lib, peer, target, data, self.clock.now_ms(), timeout_ms);
-        let id = self.ops.start(Next::Wait(Op::WaitingRoute(w)));
+        let id = self.engine.ops.start(Next::Wait(Op::WaitingRoute(w)));
         self.advance_op(id);
         id
     }
@@ -1019,7 +1011,7 @@ impl Node {
     ) -> Result<(), NodeError> {
         let r = match self.route_tag(lib, peer, payload) {
             Ok(Some((ep, tag))) => ep.tag_send_from(tag, data).map_err(NodeError::from),
-            Ok(None) => Err(self.libs.lacks(lib, peer, 0)),
+            Ok(None) => Err(self.engine.libs.lacks(lib, peer, 0)),
             Err(e) => Err(e),
         };
         self.count(lib, r.is_ok(), true);
@@ -1044,6 +1036,7 @@ impl Node {
         timeout: Option<std::time::Duration>,
     ) -> Result<usize, NodeError> {
         let r = self
+            .engine
             .libs
             .ns(lib)
             .and_then(|ns| Ok(ns.matcher_exact(payload)?))
@@ -1056,7 +1049,7 @@ impl Node {
     }
 
     fn count(&mut self, lib: LibId, ok: bool, sent: bool) {
-        self.libs.count(lib, ok, sent);
+        self.engine.libs.count(lib, ok, sent);
     }
 
     /// Posts an exact receive for `payload` in `lib`'s namespace (full mask, D1) for a message
@@ -1083,9 +1076,9 @@ impl Node {
     /// whose failure ends the wait. Receives of other peers are never touched, and
     /// [`cancel`](Self::cancel) keeps UCX's meaning for every receive.
     pub fn recv_from(&mut self, lib: LibId, peer: u64, payload: u64, max_len: usize) -> OpId {
-        if let Some(cause @ Some(_)) = self.conns.failed_peer(peer) {
+        if let Some(cause @ Some(_)) = self.engine.conns.failed_peer(peer) {
             let r = self.finish(lib, Err(NodeError::PeerDown { peer, cause }), false);
-            return self.ops.start(r);
+            return self.engine.ops.start(r);
         }
         self.post(lib, Some(peer), payload, max_len)
     }
@@ -1095,7 +1088,7 @@ impl Node {
             Ok(req) => Next::Wait(Op::Receiving { lib, req, from }),
             Err(e) => self.finish(lib, Err(e), false),
         };
-        self.ops.start(op)
+        self.engine.ops.start(op)
     }
 
     fn post_recv(
@@ -1104,7 +1097,7 @@ impl Node {
         payload: u64,
         max_len: usize,
     ) -> Result<Request, NodeError> {
-        let m = self.libs.ns(lib)?.matcher_exact(payload)?;
+        let m = self.engine.libs.ns(lib)?.matcher_exact(payload)?;
         Ok(self
             .worker
             .tag_recv(m.tag(), m.mask(), Vec::with_capacity(max_len))?)
@@ -1113,10 +1106,10 @@ impl Node {
     /// Takes the next inbox message for `lib` if one waits (exact probe with remove, then a
     /// receive of at most `max_len` bytes): `Some(op)` completes with the data.
     pub fn probe_inbox(&mut self, lib: LibId, max_len: usize) -> Result<Option<OpId>, NodeError> {
-        let m = self.libs.ns(lib)?.inbox_matcher();
+        let m = self.engine.libs.ns(lib)?.inbox_matcher();
         match self.worker.tag_probe_take(m.tag(), m.mask(), max_len)? {
             None => Ok(None),
-            Some((_, req)) => Ok(Some(self.ops.start(Next::Wait(Op::Receiving {
+            Some((_, req)) => Ok(Some(self.engine.ops.start(Next::Wait(Op::Receiving {
                 lib,
                 req,
                 from: None,
@@ -1143,27 +1136,27 @@ impl Node {
 
     /// Listens on `lib`'s local AM id `local`.
     pub fn am_listen(&mut self, lib: LibId, local: u16) -> Result<(), NodeError> {
-        let id = self.libs.am_listen(lib, local)?;
+        let id = self.engine.libs.am_listen(lib, local)?;
         self.worker.set_am_handler(id)?;
         Ok(())
     }
 
     /// The next Active Message for `lib` on `local`.
     pub fn am_take(&mut self, lib: LibId, local: u16) -> Option<Vec<u8>> {
-        self.libs.am_take(lib, local)
+        self.engine.libs.am_take(lib, local)
     }
 
     /// Cancels a receive still waiting for its message (it then finishes with
     /// `UCS_ERR_CANCELED`); no effect on other operations.
     pub fn cancel(&mut self, op: OpId) {
-        if let Some(Op::Receiving { req, .. }) = self.ops.get(op) {
+        if let Some(Op::Receiving { req, .. }) = self.engine.ops.get(op) {
             req.cancel();
         }
     }
 
     /// Whether `op` has finished (without taking it).
     pub fn is_done(&self, op: OpId) -> bool {
-        self.ops.is_done(op)
+        self.engine.ops.is_done(op)
     }
 
     /// The result of an operation once it has finished (`Ok(Some(data))` for receives); taking
@@ -1172,20 +1165,20 @@ impl Node {
         if !self.is_done(op) {
             self.advance_op(op);
         }
-        self.ops.take(op)
+        self.engine.ops.take(op)
     }
 
     /// Operations not yet taken.
     pub fn pending_ops(&self) -> usize {
-        self.ops.len()
+        self.engine.ops.len()
     }
 
     fn finish(&mut self, lib: LibId, r: Result<Option<Vec<u8>>, NodeError>, sent: bool) -> Step {
-        Next::finished(&mut self.libs, lib, r, sent)
+        Next::finished(&mut self.engine.libs, lib, r, sent)
     }
 
     fn advance_op(&mut self, id: OpId) {
-        let Some(op) = self.ops.remove(id) else {
+        let Some(op) = self.engine.ops.remove(id) else {
             return;
         };
         let next = match op {
@@ -1198,7 +1191,7 @@ impl Node {
                 None => Next::Wait(Op::Receiving { lib, req, from }),
                 Some(Err(e)) if e.status == crate::ucp::Status::CANCELED => {
                     // Cancelled because its peer closed (see `recv_from`), or by the library.
-                    let e = match from.and_then(|p| Some((p, self.conns.failed_peer(p)?))) {
+                    let e = match from.and_then(|p| Some((p, self.engine.conns.failed_peer(p)?))) {
                         Some((peer, cause)) => NodeError::PeerDown { peer, cause },
                         None => e.into(),
                     };
@@ -1211,7 +1204,7 @@ impl Node {
                 Some(Err(e)) => self.finish(lib, Err(e.into()), false),
             },
         };
-        self.ops.put(id, next);
+        self.engine.ops.put(id, next);
     }
 
     fn try_waiting(&mut self, mut w: Waiting) -> Step {
@@ -1219,10 +1212,12 @@ impl Node {
         match self.try_send(&mut w) {
             Ok(Sent::InFlight(req, conn)) => Next::Wait(Op::Sending { lib, req, conn }),
             Ok(Sent::Complete) => self.finish(lib, Ok(None), true),
-            Ok(Sent::Blocked(why)) => match w.blocked(why, self.clock.now_ms(), &self.libs) {
-                Ok(w) => Next::Wait(Op::WaitingRoute(w)),
-                Err(e) => self.finish(lib, Err(e), true),
-            },
+            Ok(Sent::Blocked(why)) => {
+                match w.blocked(why, self.clock.now_ms(), &self.engine.libs) {
+                    Ok(w) => Next::Wait(Op::WaitingRoute(w)),
+                    Err(e) => self.finish(lib, Err(e), true),
+                }
+            }
             Err(e) => self.finish(lib, Err(e), true),
         }
     }
@@ -1230,11 +1225,11 @@ impl Node {
     /// Hands a waiting send to UCX if the engine says it can go (the data moves into the
     /// request), or says why it waits.
     fn try_send(&mut self, w: &mut Waiting) -> Result<Sent, NodeError> {
-        let (i, dest) = match self.conns.resolve(&self.libs, w.lib, w.peer, w.target)? {
+        let (i, dest) = match self.engine.resolve(w)? {
             Resolved::Go { conn, dest } => (conn, dest),
             Resolved::Wait(why) => return Ok(Sent::Blocked(why)),
         };
-        let c = self.conns.get(i);
+        let c = self.engine.conns.get(i);
         let peer = w.peer;
         let ep = c.io.ep.as_ref().ok_or(NodeError::NoConnection { peer })?;
         let data = std::mem::take(&mut w.data);
@@ -1286,10 +1281,10 @@ impl Node {
             busy |= self.sync_ack_recvs();
         }
         busy |= self.release_confirmed();
-        for id in self.ops.running() {
+        for id in self.engine.ops.running() {
             self.advance_op(id);
         }
-        for c in self.conns.iter_mut() {
+        for c in self.engine.conns.iter_mut() {
             c.io.ctl_inflight.retain_mut(|r| r.test().is_none());
         }
         self.end_lingering();
@@ -1297,8 +1292,9 @@ impl Node {
         self.close_retired();
         self.background.retain_mut(|r| r.test().is_none());
         let now = self.clock.now_ms();
-        self.conns
-            .forget(|c| c.io.ep.is_none(), &mut self.unpins, now);
+        self.engine
+            .conns
+            .forget(|c| c.io.ep.is_none(), &mut self.engine.unpins, now);
         let now = self.clock.now_ms();
         if self.host.is_some() {
             // Coexistence: the host's libraries own every tag tagspace does not; nothing is
@@ -1366,17 +1362,17 @@ impl Node {
             self.abandon_ep(c.key, c.ep, c.waits, c.peer, e);
             return;
         }
-        let Some(i) = self.conns.find(key, |c| c.io.ep.is_some()) else {
+        let Some(i) = self.engine.conns.find(key, |c| c.io.ep.is_some()) else {
             return;
         };
-        if let LinkState::Superseded { .. } = self.conns.get(i).state() {
+        if let LinkState::Superseded { .. } = self.engine.conns.get(i).state() {
             // The peer closed its side of a superseded connection: expected, not a failure.
             self.fail_ep(i, e);
             return;
         }
         self.stats.endpoint_failures += 1;
-        tracing::warn!(peer = ?self.conns.get(i).peer(), error = %e, "endpoint failed");
-        let gone = self.conns.failed(i, e, &mut self.libs);
+        tracing::warn!(peer = ?self.engine.conns.get(i).peer(), error = %e, "endpoint failed");
+        let gone = self.engine.conns.failed(i, e, &mut self.engine.libs);
         self.fail_ep(i, e);
         if let Some(gone) = gone {
             self.peer_gone(gone);
@@ -1387,7 +1383,7 @@ impl Node {
     /// endpoint's requests in progress for ever — a shared-memory lane to a dead peer is never
     /// discarded), and the endpoint is force-closed at once.
     fn fail_ep(&mut self, i: usize, e: UcxError) {
-        let c = self.conns.get_mut(i);
+        let c = self.engine.conns.get_mut(i);
         let (key, peer) = (c.key(), c.peer());
         let io = &mut c.io;
         let waits = std::mem::take(&mut io.ctl_inflight);
@@ -1410,7 +1406,7 @@ impl Node {
     ) {
         let peer = peer.unwrap_or(0);
         let on_it = |op: &Op| matches!(op, Op::Sending { conn, .. } if *conn == key);
-        for id in self.ops.matching(on_it) {
+        for id in self.engine.ops.matching(on_it) {
             self.end_for_peer(id, peer, Some(e));
         }
         drop(waits);
@@ -1423,10 +1419,10 @@ impl Node {
     fn peer_gone(&mut self, gone: engine::PeerGone<UcxError>) {
         let engine::PeerGone { peer, cause } = gone;
         let from_it = |op: &Op| matches!(op, Op::Receiving { from: Some(p), .. } if *p == peer);
-        for id in self.ops.matching(from_it) {
+        for id in self.engine.ops.matching(from_it) {
             if cause.is_none() {
                 // Orderly close: UCX's cancel (a matched receive still completes).
-                if let Some(Op::Receiving { req, .. }) = self.ops.get(id) {
+                if let Some(Op::Receiving { req, .. }) = self.engine.ops.get(id) {
                     req.cancel();
                 }
                 continue;
@@ -1441,11 +1437,11 @@ impl Node {
     /// a receive is cancelled, and either is parked with its buffer on the worker until UCX is
     /// done with it.
     fn end_for_peer(&mut self, id: OpId, peer: u64, cause: Option<UcxError>) {
-        let (lib, mut req, sent) = match self.ops.remove(id) {
+        let (lib, mut req, sent) = match self.engine.ops.remove(id) {
             Some(Op::Sending { lib, req, .. }) => (lib, req, true),
             Some(Op::Receiving { lib, req, .. }) => (lib, req, false),
             Some(waiting) => {
-                self.ops.put(id, Next::Wait(waiting));
+                self.engine.ops.put(id, Next::Wait(waiting));
                 return;
             }
             None => return,
@@ -1461,15 +1457,15 @@ impl Node {
             }
         };
         let done = self.finish(lib, r, sent);
-        self.ops.put(id, done);
+        self.engine.ops.put(id, done);
     }
 
     /// U1: completes the first flush of new endpoints; once one has, the control frames that
     /// waited for it are handled in order and its own frames may go out.
     fn poll_wireup(&mut self) -> bool {
         let mut busy = false;
-        for i in 0..self.conns.len() {
-            let io = &mut self.conns.get_mut(i).io;
+        for i in 0..self.engine.conns.len() {
+            let io = &mut self.engine.conns.get_mut(i).io;
             let Wire::Flushing(req) = &mut io.wire else {
                 continue;
             };
@@ -1488,7 +1484,7 @@ impl Node {
                     busy = true;
                     io.wire = Wire::Ready;
                     tracing::warn!(error = %e, "a new endpoint failed while wiring up");
-                    let key = self.conns.get(i).key();
+                    let key = self.engine.conns.get(i).key();
                     self.on_ep_error(key, e);
                 }
             }
@@ -1527,7 +1523,9 @@ impl Node {
             return;
         }
         let layout = self.registry.layout();
-        if let engine::AmDelivery::Stray { ns_id } = self.libs.deliver_am(layout, am.id, am.data) {
+        if let engine::AmDelivery::Stray { ns_id } =
+            self.engine.libs.deliver_am(layout, am.id, am.data)
+        {
             self.stats.stray += 1;
             if let Some(s) = self.stray_by_id.get_mut(ns_id as usize) {
                 *s += 1;
@@ -1544,16 +1542,24 @@ impl Node {
         let Some(key) = from else {
             return true;
         };
-        let Some(i) = self.conns.find(key, |c| c.io.ep.is_some() && c.is_open()) else {
+        let Some(i) = self
+            .engine
+            .conns
+            .find(key, |c| c.io.ep.is_some() && c.is_open())
+        else {
             return true;
         };
-        if self.conns.charge(i, self.clock.now_ms(), what, self.limits) {
+        if self
+            .engine
+            .conns
+            .charge(i, self.clock.now_ms(), what, self.engine.limits)
+        {
             return true;
         }
         tracing::warn!(
-            peer = ?self.conns.get(i).peer(),
+            peer = ?self.engine.conns.get(i).peer(),
             ?what,
-            limits = ?self.limits,
+            limits = ?self.engine.limits,
             "peer sent more than its per-second limit; closing its connection"
         );
         self.stats.flood_closes += 1;
@@ -1562,7 +1568,7 @@ impl Node {
     }
 
     fn on_control(&mut self, key: EpKey, bytes: &[u8]) {
-        let Some(i) = self.conns.find(key, |c| c.io.ep.is_some()) else {
+        let Some(i) = self.engine.conns.find(key, |c| c.io.ep.is_some()) else {
             if self.host.is_some() {
                 // The host may attach this endpoint later: keep the frame (bounded).
                 self.keep_unattached(key, bytes);
@@ -1571,7 +1577,7 @@ impl Node {
             tracing::warn!("control frame from an unknown endpoint dropped");
             return;
         };
-        let c = self.conns.get_mut(i);
+        let c = self.engine.conns.get_mut(i);
         let open = c.is_open();
         let io = &mut c.io;
         if open && matches!(io.wire, Wire::Flushing(_)) {
@@ -1597,8 +1603,9 @@ impl Node {
     /// Carries out what the engine decided for a control frame on connection `i`.
     fn on_control_at(&mut self, i: usize, bytes: &[u8]) {
         match self
+            .engine
             .conns
-            .on_control(i, bytes, self.clock.now_ms(), &mut self.libs)
+            .on_control(i, bytes, self.clock.now_ms(), &mut self.engine.libs)
         {
             Control::Handled => {}
             Control::Established { peer, superseded } => {
@@ -1612,7 +1619,7 @@ impl Node {
                 }
             }
             Control::PeerClosed(then) => {
-                let c = self.conns.get(i);
+                let c = self.engine.conns.get(i);
                 tracing::info!(peer = ?c.peer(), reason = ?c.closed_for(), "peer closed the connection");
                 match then {
                     // The peer settled the duplicate first: out of service, lingering.
@@ -1639,7 +1646,7 @@ impl Node {
     /// Connection `i` ended (`cause`: the failure, `None` for a close): its endpoint is
     /// retired, and if it was the peer's last, what waits for the peer ends.
     fn close_conn(&mut self, i: usize, cause: Option<UcxError>) {
-        let gone = self.conns.end(i, cause, &mut self.libs);
+        let gone = self.engine.conns.end(i, cause, &mut self.engine.libs);
         self.retire_ep(i);
         if let Some(gone) = gone {
             self.peer_gone(gone);
@@ -1652,9 +1659,12 @@ impl Node {
     /// peer if this is the peer's last connection, end now with `PeerDown` (their requests
     /// are parked until UCX lets them go, as for a failed endpoint, D3).
     fn abandon_ops(&mut self, i: usize) {
-        let (key, peer) = (self.conns.get(i).key(), self.conns.get(i).peer());
+        let (key, peer) = (
+            self.engine.conns.get(i).key(),
+            self.engine.conns.get(i).peer(),
+        );
         let last = peer.is_some_and(|p| self.live_connections_to(p) <= 1);
-        let doomed = self.ops.matching(|op| match op {
+        let doomed = self.engine.ops.matching(|op| match op {
             Op::Sending { conn, .. } => *conn == key,
             Op::Receiving { from, .. } => last && from.is_some() && *from == peer,
             Op::WaitingRoute(_) => false,
@@ -1666,7 +1676,7 @@ impl Node {
 
     /// Takes the endpoint out of service; it is closed once its requests have finished.
     fn retire_ep(&mut self, i: usize) {
-        let c = self.conns.get_mut(i);
+        let c = self.engine.conns.get_mut(i);
         let (key, peer) = (c.key(), c.peer());
         if let Some(ep) = c.io.ep.take() {
             self.closing.push(Closing {
@@ -1681,6 +1691,7 @@ impl Node {
     /// Closes retired endpoints whose requests have all finished.
     fn close_retired(&mut self) {
         let busy: std::collections::HashSet<EpKey> = self
+            .engine
             .ops
             .values()
             .filter_map(|op| match op {
@@ -1707,7 +1718,7 @@ impl Node {
     /// session already queued) goes out after anything queued before it, then the endpoint
     /// closes. The one way a node cuts a peer off.
     fn cut_off(&mut self, i: usize, reason: Option<CloseReason>) {
-        self.conns.cut_off(i, reason);
+        self.engine.conns.cut_off(i, reason);
         self.flush_conn(i);
         self.close_conn(i, None);
     }
@@ -1722,13 +1733,16 @@ impl Node {
     ///   the connection.
     fn expire_deadlines(&mut self) {
         let now = self.clock.now_ms();
-        let due = self.conns.sweep(&mut self.live, now, self.liveness);
+        let due = self
+            .engine
+            .conns
+            .sweep(&mut self.engine.live, now, self.engine.liveness);
         for (i, check) in due {
             let Check::Expired(why) = check else {
                 self.flush_conn(i); // a PING was queued
                 continue;
             };
-            let c = self.conns.get(i);
+            let c = self.engine.conns.get(i);
             tracing::warn!(
                 peer = ?c.peer(),
                 claimed = ?c.session().claimed_token(),
@@ -1751,14 +1765,14 @@ impl Node {
     /// that never answers would.
     #[doc(hidden)]
     pub fn withhold_acks_for_test(&mut self, peer: u64) -> Result<(), NodeError> {
-        let i = self.conns.serving(peer)?;
-        self.conns.get_mut(i).io.withhold_acks = true;
+        let i = self.engine.conns.serving(peer)?;
+        self.engine.conns.get_mut(i).io.withhold_acks = true;
         Ok(())
     }
 
     fn end_lingering(&mut self) {
         let now = self.clock.now_ms();
-        let over: Vec<usize> = self.conns.lingered(now).collect();
+        let over: Vec<usize> = self.engine.conns.lingered(now).collect();
         for i in over {
             self.retire_ep(i); // once: it takes the endpoint
         }
@@ -1766,7 +1780,7 @@ impl Node {
 
     fn flush_conn(&mut self, i: usize) -> bool {
         let mut sent = false;
-        let (session, io) = self.conns.get_mut(i).parts();
+        let (session, io) = self.engine.conns.get_mut(i).parts();
         let (Some(ep), Wire::Ready) = (io.ep.as_ref(), &io.wire) else {
             return false;
         };
@@ -1874,6 +1888,7 @@ impl Node {
     fn sync_ack_recvs(&mut self) -> bool {
         let layout = self.registry.layout();
         let wanted: std::collections::HashSet<u64> = self
+            .engine
             .conns
             .awaited_ack_tags(layout, |io| io.ep.is_some())
             .collect();
@@ -1901,7 +1916,7 @@ impl Node {
 
     fn on_ack_tag(&mut self, tag: u64) {
         let layout = self.registry.layout();
-        if (self.conns).claim_ack_tag(layout, tag, |io| io.ep.is_some()) {
+        if (self.engine.conns).claim_ack_tag(layout, tag, |io| io.ep.is_some()) {
             self.stats.acks_received += 1;
         } else {
             // Unknown, stale or forged: nobody's withdrawal is waiting for it.
@@ -1920,7 +1935,10 @@ impl Node {
     /// confirmation came. A host library's tags (ucxx hashes them over all 64 bits) fall in
     /// any namespace id, so a partial-mask removal could steal them.
     fn release_confirmed(&mut self) -> bool {
-        let confirmed = self.unpins.collect_confirmed(self.conns.as_mut_slice());
+        let confirmed = self
+            .engine
+            .unpins
+            .collect_confirmed(self.engine.conns.as_mut_slice());
         let owner = match self.host {
             Some(_) => QueueOwner::Host {
                 look_every_ms: DRAIN_INTERVAL_MS,
@@ -1935,7 +1953,7 @@ impl Node {
             by_id: &mut self.stray_by_id,
             background: &mut self.background,
         };
-        let pass = self.unpins.run(
+        let pass = self.engine.unpins.run(
             self.registry,
             now,
             owner,
@@ -1952,13 +1970,13 @@ impl Node {
     /// still waits in UCX's queue in them (host mode; see [`Node::adopt`]), or (own worker)
     /// because the stray drain has not finished with them yet.
     pub fn quarantine_held(&self) -> usize {
-        self.unpins.held(self.registry)
+        self.engine.unpins.held(self.registry)
     }
 
     fn flush(&mut self) -> bool {
         let mut sent = false;
-        for i in 0..self.conns.len() {
-            if self.conns.get(i).is_open() {
+        for i in 0..self.engine.conns.len() {
+            if self.engine.conns.get(i).is_open() {
                 sent |= self.flush_conn(i);
             }
         }
@@ -2045,8 +2063,8 @@ impl Node {
     /// Closes every connection (orderly CLOSE, then a flushing endpoint close) and progresses
     /// until UCX is done or `timeout_ms` passes.
     pub fn shutdown(&mut self, timeout_ms: u64) {
-        for i in 0..self.conns.len() {
-            match self.conns.get(i).state() {
+        for i in 0..self.engine.conns.len() {
+            match self.engine.conns.get(i).state() {
                 LinkState::Open => self.cut_off(i, Some(CloseReason::Normal)),
                 LinkState::Superseded { .. } => self.retire_ep(i),
                 LinkState::Down(_) => {}
@@ -2067,7 +2085,9 @@ impl Drop for Node {
     /// Gives back every pin this node's sessions hold (R7): its worker goes with it, so nothing
     /// more can arrive here for those ids.
     fn drop(&mut self) {
-        self.conns.release_all(self.registry, &mut self.unpins);
+        self.engine
+            .conns
+            .release_all(self.registry, &mut self.engine.unpins);
     }
 }
 

@@ -30,6 +30,58 @@ use crate::session::{Phase, Session};
 use crate::wire::CloseReason;
 use core::fmt;
 
+/// One node's protocol state (feature `alloc`): everything the engine decides with, in one
+/// sans-IO value the adapter owns next to its transport. The parts are public so that the
+/// adapter can hand several to one call (a connection's control frame updates the library
+/// table, a send reads both).
+#[cfg(feature = "alloc")]
+pub struct Engine<'r, K, X, T, E, const CAP: usize> {
+    /// The connections (sessions, states, deadlines, route caches, peer index, peers gone).
+    pub conns: Connections<K, X, E, CAP>,
+    /// The libraries registered here.
+    pub libs: Libraries<'r, CAP, E>,
+    /// The operations started here.
+    pub ops: Ops<T, E>,
+    /// R7: ids on their way back to the registry.
+    pub unpins: Unpins<CAP>,
+    /// The heartbeat's clock (adapter time counted only while the node progresses).
+    pub live: LiveClock,
+    /// The heartbeat's settings (`None`: off).
+    pub liveness: Option<Liveness>,
+    /// The per-connection flood limits (D5).
+    pub limits: PeerLimits,
+}
+
+#[cfg(feature = "alloc")]
+impl<K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'_, K, X, T, E, CAP> {
+    /// A node's engine at adapter time `now_ms`; `hash_keys`: random per node (see
+    /// [`TokenHash`]).
+    pub fn new(
+        hash_keys: [u64; 2],
+        now_ms: u64,
+        liveness: Option<Liveness>,
+        limits: PeerLimits,
+    ) -> Self {
+        Engine {
+            conns: Connections::new(hash_keys),
+            libs: Libraries::new(),
+            ops: Ops::new(),
+            unpins: Unpins::new(),
+            live: LiveClock::new(now_ms),
+            liveness,
+            limits,
+        }
+    }
+
+    /// Where waiting send `w` goes now, or why it waits on ([`Connections::resolve`]).
+    pub fn resolve(&self, w: &Waiting) -> Result<Resolved, NodeError<E>>
+    where
+        E: Clone,
+    {
+        self.conns.resolve(&self.libs, w.lib, w.peer, w.target)
+    }
+}
+
 #[cfg(feature = "alloc")]
 mod conns;
 #[cfg(feature = "alloc")]
