@@ -25,7 +25,7 @@ use tagspace_core::{Identity, Namespace, Registry, TagLayout};
 /// Registry capacity of a simulated process.
 pub const CAP: usize = 256;
 /// How often (simulated ms) `progress` drains stray messages.
-pub const DRAIN_INTERVAL_MS: u64 = 10;
+pub const DRAIN_INTERVAL_MS: u64 = engine::DRAIN_INTERVAL_MS;
 
 pub use tagspace_core::engine::{Counters, LibId, OpId};
 /// Why a node operation failed: the core engine's error, with the fabric's.
@@ -66,7 +66,8 @@ pub struct Node {
     /// The core engine: every protocol decision is its (this node moves bytes).
     engine: Engine,
     stray: u64,
-    last_drain_ms: Option<u64>,
+    /// The stray sweep (D2 within D4's bound; the engine's, as on UCX).
+    sweep: engine::Sweep,
     buf: Vec<u8>,
     /// The fabric's time at the last `progress` (new connections start their deadlines there).
     last_now_ms: u64,
@@ -124,7 +125,7 @@ impl Node {
                 PeerLimits::default(),
             ),
             stray: 0,
-            last_drain_ms: None,
+            sweep: engine::Sweep::new(),
             buf: vec![0; MAX_FRAME_LEN],
             last_now_ms: fab.now_ms(),
             deadline_closes: 0,
@@ -195,7 +196,7 @@ impl Node {
     /// Releases a library: its id is withdrawn from every peer at the next `progress`, and its
     /// posted receives are cancelled (they finish with `NoSuchLibrary`).
     pub fn release(&mut self, fab: &mut Fabric, lib: LibId) {
-        if let Some(l) = self.engine.libs.remove(lib) {
+        if let Some(l) = self.engine.release(lib) {
             for id in l.am_ids() {
                 fab.am_clear_handler(self.worker, id);
             }
@@ -317,13 +318,8 @@ impl Node {
         peer: u64,
         payload: u64,
     ) -> Result<Option<(EpId, u64)>, NodeError> {
-        match self.engine.conns.route(&self.engine.libs, lib, peer)? {
-            Some((i, route)) => {
-                let tag = self.engine.libs.ns(lib)?.remote_tag(route, payload)?;
-                Ok(Some((self.engine.conns.get(i).io.ep, tag.raw())))
-            }
-            None => Ok(None),
-        }
+        let found = (self.engine.route_tag(lib, peer, payload)).map_err(|m| m.error(peer))?;
+        Ok(found.map(|(i, tag)| (self.engine.conns.get(i).io.ep, tag)))
     }
 
     /// Sends `data` with `payload` to library `lib`'s namespace on `peer`, waiting up to
@@ -530,13 +526,8 @@ impl Node {
         for id in ids {
             self.advance_op(fab, id);
         }
-        if !self.host
-            && self
-                .last_drain_ms
-                .is_none_or(|t| now >= t + DRAIN_INTERVAL_MS)
-        {
+        if !self.host && self.sweep.due(now) {
             self.drain_strays(fab);
-            self.last_drain_ms = Some(now);
         }
     }
 
@@ -713,22 +704,22 @@ impl Node {
         }
     }
 
-    /// D2: takes out every unexpected message whose namespace id is not registered here (the
-    /// control id and unregistered ids; id 0 belongs to legacy code and is left alone).
+    /// D2: one pass of the engine's stray sweep (the head of the queue while it is a stray,
+    /// then unregistered ids within the probe budget; the control id carries withdrawal acks,
+    /// taken by `take_ack_tags`; id 0 belongs to legacy code). Host mode: nothing here is
+    /// tagspace's to take.
     pub fn drain_strays(&mut self, fab: &mut Fabric) {
         if self.host {
-            return; // host mode: nothing here is tagspace's to take
+            return;
         }
         let mut queue = FabricQueue::new(fab, self.worker, self.registry.layout());
-        // The control id (1) carries withdrawal acks: `take_ack_tags` takes those.
-        for id in 2..self.registry.capacity() as u16 {
-            if self.registry.name_of(id).is_some() {
-                continue;
-            }
-            while queue.take_one(id) {
-                self.stray += 1;
-            }
-        }
+        let (taken, _, _) = self.sweep.pass(
+            self.registry,
+            engine::STRAY_PROBES_PER_CALL,
+            &mut queue,
+            || false,
+        );
+        self.stray += taken;
     }
 
     /// Closes every connection (orderly CLOSE).
@@ -758,7 +749,9 @@ enum Sent {
 struct FabricQueue<'f> {
     fab: &'f mut Fabric,
     worker: WorkerId,
-    field: tagspace_core::Field,
+    layout: TagLayout,
+    /// The tag of the oldest unexpected message, as last looked at.
+    oldest: Option<u64>,
 }
 
 impl<'f> FabricQueue<'f> {
@@ -766,15 +759,16 @@ impl<'f> FabricQueue<'f> {
         FabricQueue {
             fab,
             worker,
-            field: layout.namespace_field(),
+            layout: *layout,
+            oldest: None,
         }
     }
 
     fn probe(&mut self, id: u16, remove: bool) -> bool {
-        let tag = (id as u64) << self.field.shift();
+        let field = self.layout.namespace_field();
+        let tag = (id as u64) << field.shift();
         matches!(
-            self.fab
-                .tag_probe(self.worker, tag, self.field.mask(), remove),
+            self.fab.tag_probe(self.worker, tag, field.mask(), remove),
             Ok(Some(_))
         )
     }
@@ -786,5 +780,21 @@ impl StrayQueue for FabricQueue<'_> {
     }
     fn waits(&mut self, id: u16) -> bool {
         self.probe(id, false)
+    }
+}
+
+impl engine::QueueHead for FabricQueue<'_> {
+    fn oldest_id(&mut self) -> Option<u16> {
+        let head = self.fab.tag_probe(self.worker, 0, 0, false).ok().flatten();
+        self.oldest = head.map(|m| m.tag);
+        Some(self.layout.namespace_of(self.oldest?))
+    }
+    fn take_oldest(&mut self, _id: u16) -> bool {
+        self.oldest.take().is_some_and(|tag| {
+            matches!(
+                self.fab.tag_probe(self.worker, tag, u64::MAX, true),
+                Ok(Some(_))
+            )
+        })
     }
 }

@@ -435,8 +435,13 @@ fn main() {
         "ratio"
     );
     // `TAGSPACE_BENCH_ONLY=shm:8` runs section (a) for that transport and size alone (profiling).
-    let only: Option<(String, usize)> = std::env::var("TAGSPACE_BENCH_ONLY").ok().map(|v| {
-        let (t, s) = v.split_once(':').expect("TAGSPACE_BENCH_ONLY=TL:SIZE");
+    // `TAGSPACE_BENCH_ONLY=cd` runs sections (c) and (d) alone.
+    let only_var = std::env::var("TAGSPACE_BENCH_ONLY").ok();
+    let only_cd = only_var.as_deref() == Some("cd");
+    let only: Option<(String, usize)> = only_var.filter(|_| !only_cd).map(|v| {
+        let (t, s) = v
+            .split_once(':')
+            .expect("TAGSPACE_BENCH_ONLY=TL:SIZE or cd");
         (t.to_string(), s.parse().expect("TAGSPACE_BENCH_ONLY size"))
     });
     // Each tagspace block is paired with a raw block just before it, and the ratio is the
@@ -445,7 +450,7 @@ fn main() {
     // cancels out instead of landing on whichever mode runs after it.
     const TAGSPACE_MODES: [Mode; 2] = [Mode::Tagspace, Mode::Borrowed];
     for (tl, cfg) in [("shm", Config::shm()), ("tcp", Config::tcp())] {
-        if only.as_ref().is_some_and(|(t, _)| t != tl) {
+        if only_cd || only.as_ref().is_some_and(|(t, _)| t != tl) {
             continue;
         }
         let (mut a, jobs, done, h) = make_pair(&cfg);
@@ -512,6 +517,13 @@ fn main() {
     if only.is_some() {
         return;
     }
+    if !only_cd {
+        section_b(blocks, scale);
+    }
+    section_cd(quick);
+}
+
+fn section_b(blocks: usize, scale: usize) {
     println!(
         "\n(b) matching: 8 B half round trip (µs) with N receives of other namespaces pending"
     );
@@ -552,7 +564,9 @@ fn main() {
     jobs.send(Job::Stop).unwrap();
     h.join().unwrap();
     a.node.shutdown(500);
+}
 
+fn section_cd(quick: bool) {
     println!("\n(c) connect scaling over TCP: the k-th connection (endpoint + handshake)");
     let peers = if quick { 8 } else { 128 };
     let clock = Clock::Real(Instant::now());

@@ -67,7 +67,7 @@ pub const FAILED_EPS_KEPT: usize = 1024;
 /// Registry capacity (the process-wide registry's).
 pub const CAP: usize = 256;
 /// How often (ms) `progress` starts a sweep for stray messages (D2).
-pub const DRAIN_INTERVAL_MS: u64 = 10;
+pub const DRAIN_INTERVAL_MS: u64 = engine::DRAIN_INTERVAL_MS;
 /// The most partial-mask probes of UCX's unexpected queue (each scans the queue) one
 /// `progress` call makes for strays (D4): a sweep over every unregistered id is spread over
 /// several calls, and UCX's own progress (keepalive among it) runs in between, however much a
@@ -75,7 +75,7 @@ pub const DRAIN_INTERVAL_MS: u64 = 10;
 pub const STRAY_PROBES_PER_CALL: u32 = engine::STRAY_PROBES_PER_CALL;
 /// The most strays one `progress` call takes from the head of UCX's unexpected queue (each
 /// costs a constant-time look at the head and a hashed take, D4).
-pub const STRAY_TAKES_PER_CALL: u32 = 1024;
+pub const STRAY_TAKES_PER_CALL: u32 = engine::STRAY_TAKES_PER_CALL;
 /// Most time (µs) one `progress` call spends draining strays, whatever the counts above allow
 /// (D4): under a flood each probe scans a longer queue. What is left resumes on the next call.
 pub const STRAY_TIME_BUDGET_US: u64 = 2_000;
@@ -384,11 +384,8 @@ pub struct Node {
     engine: Engine,
     stats: NodeStats,
     stray_by_id: Vec<u64>,
-    last_drain_ms: Option<u64>,
-    /// The next namespace id the stray sweep probes; 0 when no sweep is under way.
-    sweep_id: u16,
-    /// The last drain took strays: keep draining on every call while they keep coming.
-    flooded: bool,
+    /// The stray sweep (D2 within D4's bound; the engine's).
+    sweep: engine::Sweep,
     clock: Clock,
     /// Closes and drains UCX has not finished with yet.
     background: Vec<Request>,
@@ -527,9 +524,7 @@ impl Node {
             engine: Engine::new(index_keys(), cfg.clock.now_ms(), cfg.liveness, cfg.limits),
             stats: NodeStats::default(),
             stray_by_id: vec![0; CAP],
-            last_drain_ms: None,
-            sweep_id: 0,
-            flooded: false,
+            sweep: engine::Sweep::new(),
             clock: cfg.clock,
             background: Vec::new(),
             closing: Vec::new(),
@@ -606,7 +601,7 @@ impl Node {
     /// cancelled (they finish with `UCS_ERR_CANCELED`): left posted, one would take a message
     /// meant for the next name to get the id.
     pub fn release(&mut self, lib: LibId) {
-        if let Some(l) = self.engine.libs.remove(lib) {
+        if let Some(l) = self.engine.release(lib) {
             for id in l.am_ids() {
                 let _ = self.worker.clear_am_handler(id);
             }
@@ -919,7 +914,12 @@ impl Node {
         peer: u64,
         payload: u64,
     ) -> Result<Option<(&Endpoint, u64)>, NodeError> {
-        self.routed(lib, peer, |ns, route| ns.remote_tag(route, payload))
+        let found = self.engine.route_tag(lib, peer, payload);
+        let Some((i, tag)) = found.map_err(|m| m.error(peer))? else {
+            return Ok(None);
+        };
+        let ep = self.engine.conns.get(i).io.ep.as_ref();
+        Ok(Some((ep.ok_or(NodeError::NoConnection { peer })?, tag)))
     }
 
     /// The endpoint to `peer` and `tag(lib's namespace, the peer's route for it)`.
@@ -1301,19 +1301,8 @@ impl Node {
             // swept out of the host's queue.
             return busy;
         }
-        if self
-            .last_drain_ms
-            .is_none_or(|t| now >= t + DRAIN_INTERVAL_MS)
-        {
-            self.last_drain_ms = Some(now);
-            if self.sweep_id == 0 {
-                self.sweep_id = 1;
-            }
-        }
-        if self.sweep_id != 0 || self.flooded {
-            let n = self.drain_strays();
-            self.flooded = n > 0;
-            busy |= n > 0;
+        if self.sweep.due(now) {
+            busy |= self.drain_strays() > 0;
         }
         busy
     }
@@ -1948,10 +1937,11 @@ impl Node {
         let now = self.clock.now_ms();
         let mut queue = Strays {
             worker: &self.worker,
-            field: self.registry.layout().namespace_field(),
+            layout: self.registry.layout(),
             stats: &mut self.stats,
             by_id: &mut self.stray_by_id,
             background: &mut self.background,
+            oldest: None,
         };
         let pass = self.engine.unpins.run(
             self.registry,
@@ -1999,65 +1989,25 @@ impl Node {
         if self.host.is_some() {
             return 0; // host mode: the host's libraries own what tagspace does not
         }
-        let layout = self.registry.layout();
-        let field = layout.namespace_field();
-        let mut n = 0;
         // Every probe may scan UCX's whole unexpected queue, whose length a flood decides: the
-        // counts below bound the probes, the clock bounds what they cost together.
+        // engine's counts bound the probes, the clock bounds what they cost together.
         let deadline = Instant::now() + Duration::from_micros(STRAY_TIME_BUDGET_US);
-        for _ in 0..STRAY_TAKES_PER_CALL {
-            if Instant::now() >= deadline {
-                return n;
-            }
-            self.stats.stray_head_probes += 1;
-            let Some(oldest) = self.worker.tag_probe(0, 0) else {
-                break;
-            };
-            let id = layout.namespace_of(oldest.tag);
-            if self.owned(id) || !self.take_stray(oldest.tag, u64::MAX, id) {
-                break;
-            }
-            n += 1;
-        }
-        let mut budget = STRAY_PROBES_PER_CALL;
-        while budget > 0 && self.sweep_id != 0 && Instant::now() < deadline {
-            let id = self.sweep_id;
-            if id as usize >= self.registry.capacity() {
-                self.sweep_id = 0;
-                break;
-            }
-            if self.owned(id) {
-                self.sweep_id += 1;
-                continue;
-            }
-            budget -= 1;
-            self.stats.stray_probes += 1;
-            if self.take_stray((id as u64) << field.shift(), field.mask(), id) {
-                n += 1; // the same id again: there may be more
-            } else {
-                self.sweep_id += 1;
-            }
-        }
-        n
-    }
-
-    /// Whether messages for namespace id `id` belong to someone here (a library on this
-    /// registry, or legacy code for id 0).
-    fn owned(&self, id: u16) -> bool {
-        // The control namespace carries withdrawal acks, taken by their own receive.
-        id == 0 || id == CONTROL_ID || self.registry.name_of(id).is_some()
-    }
-
-    /// Takes one unexpected message matching `(tag, mask)` as a stray of namespace id `id`.
-    fn take_stray(&mut self, tag: u64, mask: u64, id: u16) -> bool {
-        Strays {
+        let mut queue = Strays {
             worker: &self.worker,
-            field: self.registry.layout().namespace_field(),
+            layout: self.registry.layout(),
             stats: &mut self.stats,
             by_id: &mut self.stray_by_id,
             background: &mut self.background,
-        }
-        .take(tag, mask, id)
+            oldest: None,
+        };
+        let (taken, looks, probes) =
+            self.sweep
+                .pass(self.registry, STRAY_PROBES_PER_CALL, &mut queue, || {
+                    Instant::now() >= deadline
+                });
+        self.stats.stray_head_probes += looks;
+        self.stats.stray_probes += probes;
+        taken
     }
 
     /// Closes every connection (orderly CLOSE, then a flushing endpoint close) and progresses
@@ -2105,10 +2055,12 @@ enum Sent {
 /// namespace id) and its request parked until UCX lets it go.
 struct Strays<'n> {
     worker: &'n Worker,
-    field: tagspace_core::Field,
+    layout: &'n TagLayout,
     stats: &'n mut NodeStats,
     by_id: &'n mut Vec<u64>,
     background: &'n mut Vec<Request>,
+    /// The tag of the oldest unexpected message, as last looked at.
+    oldest: Option<u64>,
 }
 
 impl Strays<'_> {
@@ -2130,10 +2082,26 @@ impl Strays<'_> {
 
 impl StrayQueue for Strays<'_> {
     fn take_one(&mut self, id: u16) -> bool {
-        self.take((id as u64) << self.field.shift(), self.field.mask(), id)
+        let field = self.layout.namespace_field();
+        self.take((id as u64) << field.shift(), field.mask(), id)
     }
     fn waits(&mut self, id: u16) -> bool {
-        let tag = (id as u64) << self.field.shift();
-        self.worker.tag_probe(tag, self.field.mask()).is_some()
+        let field = self.layout.namespace_field();
+        let tag = (id as u64) << field.shift();
+        self.worker.tag_probe(tag, field.mask()).is_some()
+    }
+}
+
+impl engine::QueueHead for Strays<'_> {
+    fn oldest_id(&mut self) -> Option<u16> {
+        // A probe with mask 0 stops at the head of UCX's queue.
+        self.oldest = self.worker.tag_probe(0, 0).map(|m| m.tag);
+        Some(self.layout.namespace_of(self.oldest?))
+    }
+    fn take_oldest(&mut self, id: u16) -> bool {
+        // By its exact tag: a hashed lookup.
+        self.oldest
+            .take()
+            .is_some_and(|tag| self.take(tag, u64::MAX, id))
     }
 }

@@ -96,8 +96,10 @@ pub struct Connection<K, X, E, const CAP: usize> {
     /// The peer's route for each library (indexed by `LibId`), so the send path does not
     /// search the directory by name for every message. The directory changes only when this
     /// connection's session handles a frame, and libraries are only ever added (a released
-    /// `LibId` is never reused): refreshed at exactly those two points.
-    routes: Vec<Option<Route>>,
+    /// `LibId` is never reused): refreshed at exactly those two points, and cleared for a
+    /// library released. Each entry keeps the peer's tag for payload 0 too (its namespace
+    /// bits), so that the send path's tag is one check and one OR.
+    routes: Vec<Option<(Route, u64)>>,
     told_up: bool,
     closed_for: Option<CloseReason>,
     window: Window,
@@ -127,14 +129,17 @@ impl<K: Copy, X, E: Copy, const CAP: usize> Connection<K, X, E, CAP> {
         self.state
     }
     /// Whether it is in service.
+    #[inline]
     pub fn is_open(&self) -> bool {
         matches!(self.state, LinkState::Open)
     }
     /// The proven peer's token, once established.
+    #[inline]
     pub fn peer(&self) -> Option<u64> {
         self.session.peer().map(|p| p.token)
     }
     /// Whether it is open, established and proven to be `peer`'s.
+    #[inline]
     pub fn serves(&self, peer: u64) -> bool {
         self.is_open() && self.session.is_established() && self.peer() == Some(peer)
     }
@@ -144,7 +149,7 @@ impl<K: Copy, X, E: Copy, const CAP: usize> Connection<K, X, E, CAP> {
     }
     /// The peer's route for `lib` (cached).
     pub fn route(&self, lib: LibId) -> Option<Route> {
-        self.routes.get(lib.0).copied().flatten()
+        self.routes.get(lib.0).copied().flatten().map(|(r, _)| r)
     }
 }
 
@@ -194,6 +199,28 @@ pub struct PeerGone<E> {
     pub peer: u64,
     /// The transport's error, if it failed.
     pub cause: Option<E>,
+}
+
+/// Why [`Connections::route_tag`] found no tag (small, for the send path's fast lookup).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouteMiss {
+    /// No established connection serves the peer.
+    NoConnection,
+    /// The library is not registered.
+    NoSuchLibrary,
+    /// The payload does not fit the layout.
+    Tag(crate::error::TagError),
+}
+
+impl RouteMiss {
+    /// The node's error for this miss on a send to `peer`.
+    pub fn error<E>(self, peer: u64) -> NodeError<E> {
+        match self {
+            RouteMiss::NoConnection => NodeError::NoConnection { peer },
+            RouteMiss::NoSuchLibrary => NodeError::NoSuchLibrary,
+            RouteMiss::Tag(e) => NodeError::Tag(e),
+        }
+    }
 }
 
 /// Why a send cannot go out now ([`Connections::blocked`]).
@@ -260,6 +287,8 @@ pub struct Connections<K, X, E, const CAP: usize> {
     gone: hashbrown::HashMap<u64, Option<E>, TokenHash>,
     gone_order: VecDeque<u64>,
     protocol_errors: Vec<SessionError>,
+    /// The layout's namespace mask (set with the first connection), for the payload check.
+    ns_mask: u64,
 }
 
 impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP> {
@@ -272,6 +301,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
             gone: hashbrown::HashMap::with_hasher(h),
             gone_order: VecDeque::new(),
             protocol_errors: Vec::new(),
+            ns_mask: u64::MAX,
         }
     }
 
@@ -289,6 +319,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         live_ms: u64,
         io: X,
     ) -> usize {
+        self.ns_mask = layout.namespace_mask();
         self.conns.push(Connection {
             key,
             session: Box::new(Session::new(role, identity, layout)),
@@ -347,16 +378,21 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     }
 
     /// The connection serving `peer` for sends: open, established, proven `peer`'s.
+    #[inline]
     pub fn serving(&self, peer: u64) -> Result<usize, NodeError<E>> {
+        self.serving_index(peer)
+            .ok_or(NodeError::NoConnection { peer })
+    }
+
+    /// [`serving`](Self::serving) with a small answer (the send path's).
+    #[inline]
+    fn serving_index(&self, peer: u64) -> Option<usize> {
         if let Some(&i) = self.serving.get(&peer) {
             if self.conns.get(i).is_some_and(|c| c.serves(peer)) {
-                return Ok(i);
+                return Some(i);
             }
         }
-        self.conns
-            .iter()
-            .position(|c| c.serves(peer))
-            .ok_or(NodeError::NoConnection { peer })
+        self.conns.iter().position(|c| c.serves(peer))
     }
 
     /// Rebuilds the peer index (after a connection was established, superseded, ended or
@@ -399,7 +435,10 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         c.routes.clear();
         c.routes.resize(libs.slots(), None);
         for (lib, l) in libs.iter() {
-            c.routes[lib.0] = c.session.route(l.ns());
+            c.routes[lib.0] = c.session.route(l.ns()).and_then(|r| {
+                let base = l.ns().remote_tag(r, 0).ok()?.raw();
+                Some((r, base))
+            });
         }
     }
 
@@ -431,6 +470,56 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         let route = c.route(lib);
         debug_assert_eq!(route, c.session.route(ns), "stale route cache");
         Ok(route.map(|r| (i, r)))
+    }
+
+    /// The send path's fast lookup: the connection serving `peer` and the peer's tag for
+    /// `payload` in `lib`'s namespace (`None` while the peer has not announced the name). The
+    /// same answers as [`route`](Self::route) then `Namespace::remote_tag`, from the cache:
+    /// the peer index, the cached tag base, one payload check; a miss is small
+    /// ([`RouteMiss::error`] turns it into the node's error).
+    #[inline]
+    pub fn route_tag<'r>(
+        &self,
+        libs: &Libraries<'r, CAP, E>,
+        lib: LibId,
+        peer: u64,
+        payload: u64,
+    ) -> Result<Option<(usize, u64)>, RouteMiss>
+    where
+        E: Clone,
+    {
+        let i = self.serving_index(peer).ok_or(RouteMiss::NoConnection)?;
+        let c = &self.conns[i];
+        match c.routes.get(lib.0).copied().flatten() {
+            Some((route, base)) => {
+                let ns_mask = self.ns_mask;
+                if (payload & ns_mask != 0) | (payload == !ns_mask) {
+                    // The error the namespace gives (checked the slow way).
+                    let ns = libs.get(lib).ok_or(RouteMiss::NoSuchLibrary)?.ns();
+                    let e = ns.remote_tag(route, payload).err();
+                    return Err(e.map_or(RouteMiss::NoSuchLibrary, RouteMiss::Tag));
+                }
+                debug_assert_eq!(
+                    Some(route),
+                    libs.ns(lib).ok().and_then(|ns| c.session.route(ns)),
+                    "stale route cache"
+                );
+                Ok(Some((i, base | payload)))
+            }
+            None => match libs.get(lib) {
+                Some(_) => Ok(None),
+                None => Err(RouteMiss::NoSuchLibrary),
+            },
+        }
+    }
+
+    /// A library was released: no connection's cache routes it any more.
+    pub fn library_released(&mut self, lib: LibId) {
+        for c in &mut self.conns {
+            if let Some(r) = c.routes.get_mut(lib.0) {
+                *r = None;
+            }
+        }
     }
 
     /// Why a send to `peer` cannot go out now, when [`route`](Self::route) found no

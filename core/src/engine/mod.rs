@@ -53,7 +53,7 @@ pub struct Engine<'r, K, X, T, E, const CAP: usize> {
 }
 
 #[cfg(feature = "alloc")]
-impl<K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'_, K, X, T, E, CAP> {
+impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, T, E, CAP> {
     /// A node's engine at adapter time `now_ms`; `hash_keys`: random per node (see
     /// [`TokenHash`]).
     pub fn new(
@@ -73,6 +73,31 @@ impl<K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'_, K, X, T, E
         }
     }
 
+    /// Releases library `lib` (its namespace goes when the returned value is dropped: the
+    /// adapter first removes its AM handlers and cancels its receives); no route leads to it
+    /// any more.
+    pub fn release(&mut self, lib: LibId) -> Option<Library<'r, CAP, E>>
+    where
+        E: Clone,
+    {
+        self.conns.library_released(lib);
+        self.libs.remove(lib)
+    }
+
+    /// The send path's fast lookup ([`Connections::route_tag`]).
+    #[inline]
+    pub fn route_tag(
+        &self,
+        lib: LibId,
+        peer: u64,
+        payload: u64,
+    ) -> Result<Option<(usize, u64)>, RouteMiss>
+    where
+        E: Clone,
+    {
+        self.conns.route_tag(&self.libs, lib, peer, payload)
+    }
+
     /// Where waiting send `w` goes now, or why it waits on ([`Connections::resolve`]).
     pub fn resolve(&self, w: &Waiting) -> Result<Resolved, NodeError<E>>
     where
@@ -86,8 +111,8 @@ impl<K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'_, K, X, T, E
 mod conns;
 #[cfg(feature = "alloc")]
 pub use conns::{
-    Blocked, Charge, Connection, Connections, Control, LinkState, PeerGone, PeerLimits, TokenHash,
-    TokenHasher, GONE_PEERS_MAX, PROTOCOL_ERRORS_KEPT, SUPERSEDED_LINGER_MS,
+    Blocked, Charge, Connection, Connections, Control, LinkState, PeerGone, PeerLimits, RouteMiss,
+    TokenHash, TokenHasher, GONE_PEERS_MAX, PROTOCOL_ERRORS_KEPT, SUPERSEDED_LINGER_MS,
 };
 #[cfg(feature = "alloc")]
 mod libraries;
@@ -101,10 +126,12 @@ pub use ops::{Next, Ops, Outcome};
 mod sends;
 #[cfg(feature = "alloc")]
 pub use sends::{Dest, Resolved, Target, Waiting};
+mod strays;
+pub use strays::{is_owned, QueueHead, StrayQueue, Sweep, DRAIN_INTERVAL_MS, STRAY_TAKES_PER_CALL};
 #[cfg(feature = "alloc")]
 mod unpins;
 #[cfg(feature = "alloc")]
-pub use unpins::{QueueOwner, StrayQueue, UnpinPass, Unpins};
+pub use unpins::{QueueOwner, UnpinPass, Unpins};
 
 /// A library's handle inside one node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -8,20 +8,11 @@
 //! worker) — or, on a host's worker, where a host library's tags may fall in any id and must
 //! never be taken, the id is held while anything waits in it.
 
-use super::{ClosedPins, Link};
+use super::{ClosedPins, Link, StrayQueue};
 use crate::registry::Registry;
 use crate::session::Session;
 use alloc::boxed::Box;
 use alloc::vec::Vec;
-
-/// The adapter's view of its transport's queue of unexpected tag messages, by namespace id
-/// (a probe with the namespace field's mask).
-pub trait StrayQueue {
-    /// Takes out (and drops) one message waiting in namespace `id`; whether one was there.
-    fn take_one(&mut self, id: u16) -> bool;
-    /// Whether a message waits in namespace `id`, without taking it.
-    fn waits(&mut self, id: u16) -> bool;
-}
 
 /// Whose queue it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
