@@ -246,6 +246,18 @@ impl Node {
         self.engine.conns.peers()
     }
 
+    /// How long (simulated ms, from now) until this node next has something time-driven to do
+    /// (the core engine's `poll_timeout`, as on UCX); `None`: nothing is timed.
+    pub fn poll_timeout_ms(&self, fab: &Fabric) -> Option<u64> {
+        let now = fab.now_ms();
+        let sweep = (!self.host).then_some(&self.sweep);
+        let at = self.engine.poll_timeout(now, sweep, |op| match op {
+            Op::WaitingRoute(w) => Some(w.deadline_ms()),
+            _ => None,
+        })?;
+        Some(at.saturating_sub(now))
+    }
+
     /// Connections this node holds: open ones, ones still handshaking, superseded ones still
     /// lingering; ended ones are forgotten at the next `progress` (D5), as on UCX.
     pub fn connection_count(&self) -> usize {

@@ -39,8 +39,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tagspace_core::engine::{
-    self, AfterClose, Blocked, Charge, Check, Control, Dest, Expiry, LinkState, Next, QueueOwner,
-    Resolved, StrayQueue, Target, Waiting,
+    self, AfterClose, Blocked, Charge, Check, Control, Dest, Ending, Expiry, LinkState, Loss, Next,
+    QueueOwner, Resolved, StrayQueue, Target, Waiting,
 };
 use tagspace_core::identity::Identity;
 use tagspace_core::namespace::Route;
@@ -272,6 +272,21 @@ enum Op {
 
 /// What an operation became after a step (the engine's table keeps finished ones' results).
 type Step = Next<Op, UcxError>;
+
+impl engine::Waits<EpKey> for Op {
+    fn sending_on(&self) -> Option<EpKey> {
+        match self {
+            Op::Sending { conn, .. } => Some(*conn),
+            _ => None,
+        }
+    }
+    fn receiving_from(&self) -> Option<u64> {
+        match self {
+            Op::Receiving { from, .. } => *from,
+            _ => None,
+        }
+    }
+}
 
 /// How a node is set up.
 #[derive(Clone, Debug)]
@@ -1307,7 +1322,24 @@ impl Node {
         busy
     }
 
-    /// Blocks on the worker's event fd for up to `timeout_ms`, then progresses.
+    /// How long (ms, from now) until this node next has something time-driven to do — a
+    /// connection's handshake, acknowledgement or heartbeat deadline, a linger's end, a
+    /// waiting send's deadline (P2), the next stray sweep — if `progress` is not called
+    /// before; `None`: nothing is timed. The core engine's `poll_timeout`: a host that sleeps
+    /// on its own event loop wakes by then and calls [`progress`](Self::progress).
+    pub fn poll_timeout_ms(&self) -> Option<u64> {
+        let now = self.clock.now_ms();
+        let sweep = self.host.is_none().then_some(&self.sweep);
+        let at = self.engine.poll_timeout(now, sweep, |op| match op {
+            Op::WaitingRoute(w) => Some(w.deadline_ms()),
+            _ => None,
+        })?;
+        Some(at.saturating_sub(now))
+    }
+
+    /// Blocks on the worker's event fd for up to `timeout_ms` (negative: no limit), or until
+    /// the next timed event ([`poll_timeout_ms`](Self::poll_timeout_ms)) if that is sooner,
+    /// then progresses.
     pub fn wait(&mut self, timeout_ms: i32) -> Result<bool, NodeError> {
         if self.progress() {
             return Ok(true);
@@ -1318,6 +1350,13 @@ impl Node {
                  here would race the host's; call progress instead",
             ));
         }
+        let timed = self
+            .poll_timeout_ms()
+            .map(|ms| ms.min(i32::MAX as u64) as i32);
+        let timeout_ms = match (timeout_ms, timed) {
+            (t, Some(d)) if t < 0 || d < t => d,
+            (t, _) => t,
+        };
         self.worker.wait(timeout_ms)?;
         Ok(self.progress())
     }
@@ -1394,8 +1433,7 @@ impl Node {
         e: UcxError,
     ) {
         let peer = peer.unwrap_or(0);
-        let on_it = |op: &Op| matches!(op, Op::Sending { conn, .. } if *conn == key);
-        for id in self.engine.ops.matching(on_it) {
+        for (id, _) in self.engine.ops.affected_by(Loss::Failed { key }) {
             self.end_for_peer(id, peer, Some(e));
         }
         drop(waits);
@@ -1407,16 +1445,17 @@ impl Node {
     /// receives that said they wait for it ([`Node::recv_from`]).
     fn peer_gone(&mut self, gone: engine::PeerGone<UcxError>) {
         let engine::PeerGone { peer, cause } = gone;
-        let from_it = |op: &Op| matches!(op, Op::Receiving { from: Some(p), .. } if *p == peer);
-        for id in self.engine.ops.matching(from_it) {
-            if cause.is_none() {
+        let failed = cause.is_some();
+        for (id, how) in self.engine.ops.affected_by(Loss::PeerGone { peer, failed }) {
+            match how {
+                Ending::End => self.end_for_peer(id, peer, cause),
                 // Orderly close: UCX's cancel (a matched receive still completes).
-                if let Some(Op::Receiving { req, .. }) = self.engine.ops.get(id) {
-                    req.cancel();
+                Ending::Cancel => {
+                    if let Some(Op::Receiving { req, .. }) = self.engine.ops.get(id) {
+                        req.cancel();
+                    }
                 }
-                continue;
             }
-            self.end_for_peer(id, peer, cause);
         }
     }
 
@@ -1653,12 +1692,8 @@ impl Node {
             self.engine.conns.get(i).peer(),
         );
         let last = peer.is_some_and(|p| self.live_connections_to(p) <= 1);
-        let doomed = self.engine.ops.matching(|op| match op {
-            Op::Sending { conn, .. } => *conn == key,
-            Op::Receiving { from, .. } => last && from.is_some() && *from == peer,
-            Op::WaitingRoute(_) => false,
-        });
-        for id in doomed {
+        let loss = Loss::Unresponsive { key, peer, last };
+        for (id, _) in self.engine.ops.affected_by(loss) {
             self.end_for_peer(id, peer.unwrap_or(0), None);
         }
     }

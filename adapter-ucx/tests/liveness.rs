@@ -147,3 +147,34 @@ fn peers_that_keep_progressing_are_never_cut_off() {
     a.shutdown(500);
     b.shutdown(500);
 }
+
+/// The engine's `poll_timeout` on a real node: it names the next timed event — a waiting
+/// send's deadline (P2), the next PING (`wait` caps its sleep by it).
+#[test]
+fn poll_timeout_names_the_next_timed_event() {
+    let clock = Clock::manual();
+    let (mut a, la, mut b, _lb) = manual_pair(&clock);
+    // The heartbeat's next PING (or its PONG's deadline) bounds it.
+    let t = a
+        .poll_timeout_ms()
+        .expect("an established connection is timed");
+    assert!(t <= LIVENESS.timeout_ms, "{t}");
+    // A send to a name the peer has not announced waits at most 300 ms (P2).
+    let lx = a.register("not-on-b").unwrap();
+    let op = a.send(lx, b.token(), 1, vec![1], 300);
+    a.progress();
+    assert!(!a.is_done(op));
+    let t = a.poll_timeout_ms().unwrap();
+    assert!(t <= 300, "the waiting send's deadline: {t}");
+    // Time passes (manual clock): the deadline is due now.
+    clock.advance(300);
+    assert_eq!(a.poll_timeout_ms(), Some(0));
+    a.progress();
+    assert!(matches!(
+        a.take(op),
+        Some(Err(NodeError::PeerLacksNamespace { .. }))
+    ));
+    let _ = la;
+    a.shutdown(500);
+    b.shutdown(500);
+}

@@ -143,6 +143,11 @@ impl<K: Copy, X, E: Copy, const CAP: usize> Connection<K, X, E, CAP> {
     pub fn serves(&self, peer: u64) -> bool {
         self.is_open() && self.session.is_established() && self.peer() == Some(peer)
     }
+    /// Its deadlines.
+    pub fn deadlines(&self) -> &Deadlines {
+        &self.deadlines
+    }
+
     /// The reason of the CLOSE that ended it, sent or received.
     pub fn closed_for(&self) -> Option<CloseReason> {
         self.closed_for

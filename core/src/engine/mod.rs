@@ -98,6 +98,34 @@ impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, 
         self.conns.route_tag(&self.libs, lib, peer, payload)
     }
 
+    /// When the node next has something time-driven to do, in adapter time (the sans-IO
+    /// `poll_timeout`): a connection's handshake, acknowledgement or heartbeat deadline, a
+    /// superseded connection's linger end, an ended connection's pins coming due, a waiting
+    /// send's deadline (`op_deadline` reads it from the adapter's operation), the next stray
+    /// sweep (`sweep`: `None` on a host's worker, which is never swept). `None`: nothing is
+    /// timed. An adapter that sleeps between events wakes by then and calls its `progress`.
+    pub fn poll_timeout(
+        &self,
+        now_ms: u64,
+        sweep: Option<&Sweep>,
+        op_deadline: impl Fn(&T) -> Option<u64>,
+    ) -> Option<u64> {
+        let live_ms = self.live.now();
+        let conns = self.conns.iter().filter_map(|c| match c.state() {
+            LinkState::Open => c
+                .deadlines()
+                .next_ms(c.session(), now_ms, live_ms, self.liveness),
+            LinkState::Superseded { until_ms } => Some(until_ms),
+            LinkState::Down(_) => None,
+        });
+        let ops = self.ops.values().filter_map(op_deadline);
+        conns
+            .chain(ops)
+            .chain(self.unpins.next_due())
+            .chain(sweep.and_then(Sweep::next_ms))
+            .min()
+    }
+
     /// Where waiting send `w` goes now, or why it waits on ([`Connections::resolve`]).
     pub fn resolve(&self, w: &Waiting) -> Result<Resolved, NodeError<E>>
     where
@@ -121,7 +149,7 @@ pub use libraries::{AmDelivery, Libraries, Library};
 #[cfg(feature = "alloc")]
 mod ops;
 #[cfg(feature = "alloc")]
-pub use ops::{Next, Ops, Outcome};
+pub use ops::{Ending, Loss, Next, Ops, Outcome, Waits};
 #[cfg(feature = "alloc")]
 mod sends;
 #[cfg(feature = "alloc")]
@@ -322,6 +350,18 @@ impl<const CAP: usize> ClosedPins<CAP> {
         }
     }
 
+    /// When the next held pin's linger ends (adapter time), if any is held.
+    pub fn next_due(&self) -> Option<u64> {
+        (self.held > 0)
+            .then(|| {
+                (0..CAP)
+                    .filter(|&id| self.count[id] > 0)
+                    .map(|id| self.until[id])
+                    .min()
+            })
+            .flatten()
+    }
+
     /// Hands `unpin` every pin held (the node is going away: nothing more can arrive).
     pub fn take_all(&mut self, unpin: impl FnMut(u16)) {
         self.take_due(u64::MAX, unpin);
@@ -452,6 +492,35 @@ impl Deadlines {
     /// acknowledgement deadline starts over.
     pub fn acks_arrived(&mut self) {
         self.ack_wait_since = None;
+    }
+
+    /// When [`check`](Self::check) next has something to do for this connection, in adapter
+    /// time, if `progress` keeps being called (live time then moves with adapter time):
+    /// the handshake deadline, the acknowledgement deadline, the next PING or the PONG's.
+    pub fn next_ms<const CAP: usize>(
+        &self,
+        session: &Session<CAP>,
+        now_ms: u64,
+        live_ms: u64,
+        liveness: Option<Liveness>,
+    ) -> Option<u64> {
+        if !session.is_established() {
+            return Some(self.opened_ms.saturating_add(HANDSHAKE_TIMEOUT_MS));
+        }
+        let acks = (session.awaiting_acks() > 0).then(|| {
+            self.ack_wait_since
+                .unwrap_or(now_ms)
+                .saturating_add(ACK_TIMEOUT_MS)
+        });
+        let heartbeat = liveness.map(|l| {
+            let live_at = if session.ping_outstanding() {
+                self.ping_ms.saturating_add(l.timeout_ms)
+            } else {
+                self.next_ping_ms
+            };
+            now_ms.saturating_add(live_at.saturating_sub(live_ms))
+        });
+        [acks, heartbeat].into_iter().flatten().min()
     }
 
     /// The deadlines of an open connection at adapter time `now_ms` and live time `live_ms`
@@ -824,5 +893,68 @@ mod tests {
         p.hold(&[1], 0);
         p.take_all(|id| out[id as usize] += 1);
         assert_eq!(out[1], 1);
+    }
+
+    #[cfg(feature = "alloc")]
+    #[test]
+    fn poll_timeout_names_the_earliest_timed_event() {
+        extern crate std;
+        let reg: &'static Reg =
+            std::boxed::Box::leak(std::boxed::Box::new(Reg::new(TagLayout::DEFAULT)));
+        let me = Identity::from_seed(&[1; 32]);
+        let mut e: Engine<'static, u32, (), u64, (), 64> =
+            Engine::new([1, 2], 100, None, PeerLimits::default());
+        assert_eq!(e.poll_timeout(100, None, |_| None), None, "nothing timed");
+        e.conns
+            .add(7, Role::Initiator, &me, reg.layout(), 100, 0, ());
+        let handshake = 100 + HANDSHAKE_TIMEOUT_MS;
+        assert_eq!(e.poll_timeout(150, None, |_| None), Some(handshake));
+        let op = e.ops.start(Next::Wait(500));
+        assert_eq!(
+            e.poll_timeout(150, None, |&d| Some(d)),
+            Some(500),
+            "a waiting send's deadline"
+        );
+        assert!(e.ops.take(op).is_none());
+        let mut sweep = Sweep::new();
+        assert_eq!(
+            e.poll_timeout(150, Some(&sweep), |_| None),
+            Some(0),
+            "a first sweep is due"
+        );
+        let mut q = NoQueue;
+        while sweep.due(150) {
+            assert_eq!(
+                e.poll_timeout(150, Some(&sweep), |_| None),
+                Some(0),
+                "under way"
+            );
+            sweep.pass(reg, 8, &mut q, || false);
+        }
+        assert_eq!(
+            e.poll_timeout(150, Some(&sweep), |_| None),
+            Some(150 + DRAIN_INTERVAL_MS)
+        );
+    }
+
+    #[cfg(feature = "alloc")]
+    struct NoQueue;
+    #[cfg(feature = "alloc")]
+    impl StrayQueue for NoQueue {
+        fn take_one(&mut self, _: u16) -> bool {
+            false
+        }
+        fn waits(&mut self, _: u16) -> bool {
+            false
+        }
+    }
+    #[cfg(feature = "alloc")]
+    impl QueueHead for NoQueue {
+        fn oldest_id(&mut self) -> Option<u16> {
+            None
+        }
+        fn take_oldest(&mut self, _: u16) -> bool {
+            false
+        }
     }
 }

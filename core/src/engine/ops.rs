@@ -145,6 +145,78 @@ impl<T, E> Ops<T, E> {
     }
 }
 
+/// What a running operation waits on, for D3 (the adapter's operation type answers).
+pub trait Waits<K> {
+    /// The connection (adapter key) a send is in flight on.
+    fn sending_on(&self) -> Option<K>;
+    /// The peer a receive said its message comes from (`recv_from`).
+    fn receiving_from(&self) -> Option<u64>;
+}
+
+/// Why operations may never finish (D3): what is lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Loss<K> {
+    /// Connection `key`'s transport failed: its sends end.
+    Failed {
+        /// The connection.
+        key: K,
+    },
+    /// Connection `key` (to `peer`, if established) is unresponsive (the heartbeat, here or
+    /// at the peer): what is in flight on it may never finish — its sends end, and so do the
+    /// receives waiting for `peer` if this is its `last` connection.
+    Unresponsive {
+        /// The connection.
+        key: K,
+        /// Its peer.
+        peer: Option<u64>,
+        /// Whether it is the peer's last connection.
+        last: bool,
+    },
+    /// `peer`'s last connection went: the receives waiting for it end if it `failed`, and are
+    /// cancelled after an orderly close (a receive already matched still completes).
+    PeerGone {
+        /// The peer.
+        peer: u64,
+        /// Whether its connection failed (rather than closed in order).
+        failed: bool,
+    },
+}
+
+/// What the adapter does with an operation a [`Loss`] affects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// End it now with its result if the transport has one, else `PeerDown`.
+    End,
+    /// Cancel it (the transport's cancel: it finishes as the transport says).
+    Cancel,
+}
+
+impl<T, E> Ops<T, E> {
+    /// D3, decided once: the running operations `loss` affects, and what happens to each.
+    pub fn affected_by<K: PartialEq>(&self, loss: Loss<K>) -> Vec<(OpId, Ending)>
+    where
+        T: Waits<K>,
+    {
+        let hit = |op: &T| match loss {
+            Loss::Failed { ref key } => op.sending_on().as_ref() == Some(key),
+            Loss::Unresponsive {
+                ref key,
+                peer,
+                last,
+            } => {
+                op.sending_on().as_ref() == Some(key)
+                    || (last && peer.is_some() && op.receiving_from() == peer)
+            }
+            Loss::PeerGone { peer, .. } => op.receiving_from() == Some(peer),
+        };
+        let how = match loss {
+            Loss::PeerGone { failed: false, .. } => Ending::Cancel,
+            _ => Ending::End,
+        };
+        self.matching(hit).into_iter().map(|id| (id, how)).collect()
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -180,5 +252,52 @@ mod tests {
         let _: Next<u8, ()> = Next::finished(&mut libs, lib, Err(NodeError::NoSuchLibrary), false);
         let c = libs.counters(lib);
         assert_eq!((c.sent, c.received, c.failed), (1, 0, 1));
+    }
+
+    #[test]
+    fn d3_ends_what_a_loss_leaves_unfinishable_and_nothing_else() {
+        #[derive(Debug)]
+        enum Op {
+            Send(u8),
+            Recv(Option<u64>),
+            Wait,
+        }
+        impl Waits<u8> for Op {
+            fn sending_on(&self) -> Option<u8> {
+                match self {
+                    Op::Send(k) => Some(*k),
+                    _ => None,
+                }
+            }
+            fn receiving_from(&self) -> Option<u64> {
+                match self {
+                    Op::Recv(p) => *p,
+                    _ => None,
+                }
+            }
+        }
+        let mut ops: Ops<Op, ()> = Ops::new();
+        let s1 = ops.start(Next::Wait(Op::Send(1)));
+        let _s2 = ops.start(Next::Wait(Op::Send(2)));
+        let r7 = ops.start(Next::Wait(Op::Recv(Some(7))));
+        let _any = ops.start(Next::Wait(Op::Recv(None)));
+        let _w = ops.start(Next::Wait(Op::Wait));
+        assert_eq!(
+            ops.affected_by(Loss::Failed { key: 1 }),
+            [(s1, Ending::End)]
+        );
+        let u = |last| Loss::Unresponsive {
+            key: 1,
+            peer: Some(7),
+            last,
+        };
+        assert_eq!(ops.affected_by(u(false)), [(s1, Ending::End)]);
+        assert_eq!(
+            ops.affected_by(u(true)),
+            [(s1, Ending::End), (r7, Ending::End)]
+        );
+        let gone = |failed| Loss::<u8>::PeerGone { peer: 7, failed };
+        assert_eq!(ops.affected_by(gone(true)), [(r7, Ending::End)]);
+        assert_eq!(ops.affected_by(gone(false)), [(r7, Ending::Cancel)]);
     }
 }

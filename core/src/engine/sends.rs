@@ -114,6 +114,11 @@ impl Waiting {
         }
     }
 
+    /// Its deadline (adapter time).
+    pub fn deadline_ms(&self) -> u64 {
+        self.deadline_ms
+    }
+
     /// P2: the send could not go out at `now_ms` because of `why`: it waits on (`Ok`) until its
     /// deadline, then fails with `NoConnection` or `PeerLacksNamespace` (how long it waited).
     pub fn blocked<'r, const CAP: usize, E: Clone>(

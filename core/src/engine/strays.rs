@@ -69,6 +69,18 @@ impl Sweep {
         self.next_id != 0 || self.flooded
     }
 
+    /// When a pass is next due (adapter time): at once while a sweep is under way or strays
+    /// keep coming, else when the next sweep starts.
+    pub fn next_ms(&self) -> Option<u64> {
+        if self.next_id != 0 || self.flooded {
+            return Some(0);
+        }
+        Some(
+            self.last_start_ms
+                .map_or(0, |t| t.saturating_add(DRAIN_INTERVAL_MS)),
+        )
+    }
+
     /// One pass: first the head of the queue while it is a stray (at most
     /// [`STRAY_TAKES_PER_CALL`]), then the sweep id by id from where it stopped, within `budget`
     /// probes; `out_of_time` ends it early (every probe may scan the whole queue, whose length

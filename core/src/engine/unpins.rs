@@ -161,6 +161,11 @@ impl<const CAP: usize> Unpins<CAP> {
         pass
     }
 
+    /// When an ended connection's pins next come due (adapter time), if any are held.
+    pub fn next_due(&self) -> Option<u64> {
+        self.closed.next_due()
+    }
+
     /// Quarantined ids still held here (their drain is not finished, or on a host's worker
     /// something waits in them).
     pub fn held(&self, registry: &Registry<CAP>) -> usize {
