@@ -189,7 +189,7 @@ impl Node {
     /// Registers a library.
     pub fn register(&mut self, name: &str) -> Result<LibId, NodeError> {
         let lib = self.engine.libs.register(self.registry, name)?;
-        self.engine.conns.refresh_all_routes(&self.engine.libs);
+        self.engine.conns.library_added(lib, &self.engine.libs);
         Ok(lib)
     }
 

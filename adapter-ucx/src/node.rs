@@ -607,7 +607,7 @@ impl Node {
             id = self.engine.libs.ns(lib)?.id(),
             "namespace registered"
         );
-        self.engine.conns.refresh_all_routes(&self.engine.libs);
+        self.engine.conns.library_added(lib, &self.engine.libs);
         Ok(lib)
     }
 

@@ -206,6 +206,15 @@ pub struct PeerGone<E> {
     pub cause: Option<E>,
 }
 
+/// A route cache entry: the peer's route for `ns`'s name, and its tag for payload 0.
+fn cached_route<const CAP: usize>(
+    session: &Session<CAP>,
+    ns: &crate::Namespace<'_, CAP>,
+) -> Option<(Route, u64)> {
+    let r = session.route(ns)?;
+    Some((r, ns.remote_tag(r, 0).ok()?.raw()))
+}
+
 /// Why [`Connections::route_tag`] found no tag (small, for the send path's fast lookup).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RouteMiss {
@@ -431,7 +440,8 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         v
     }
 
-    /// Recomputes connection `i`'s route cache from its session's directory.
+    /// Recomputes connection `i`'s route cache from its session's directory (a new
+    /// connection, or its directory changed: O(libraries)).
     pub fn refresh_routes<'r>(&mut self, i: usize, libs: &Libraries<'r, CAP, E>)
     where
         E: Clone,
@@ -440,20 +450,24 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         c.routes.clear();
         c.routes.resize(libs.slots(), None);
         for (lib, l) in libs.iter() {
-            c.routes[lib.0] = c.session.route(l.ns()).and_then(|r| {
-                let base = l.ns().remote_tag(r, 0).ok()?.raw();
-                Some((r, base))
-            });
+            c.routes[lib.0] = cached_route(&c.session, l.ns());
         }
     }
 
-    /// Recomputes every connection's route cache (a library was registered).
-    pub fn refresh_all_routes<'r>(&mut self, libs: &Libraries<'r, CAP, E>)
+    /// Library `lib` was registered: each connection's cache gains its route (O(connections),
+    /// not a refresh of every library).
+    pub fn library_added<'r>(&mut self, lib: LibId, libs: &Libraries<'r, CAP, E>)
     where
         E: Clone,
     {
-        for i in 0..self.conns.len() {
-            self.refresh_routes(i, libs);
+        let Some(l) = libs.get(lib) else {
+            return;
+        };
+        for c in &mut self.conns {
+            if c.routes.len() < libs.slots() {
+                c.routes.resize(libs.slots(), None);
+            }
+            c.routes[lib.0] = cached_route(&c.session, l.ns());
         }
     }
 
@@ -574,7 +588,12 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
             return Control::Handled;
         }
         let handled = self.conns[i].session.handle(bytes);
-        self.refresh_routes(i, libs);
+        // The directory changes only with these (between HELLO and PROOF it changes quietly,
+        // but routes nothing until `Established` reports it whole); a PING, PONG or ack
+        // leaves the cache as it is.
+        if !matches!(handled, Ok(None)) {
+            self.refresh_routes(i, libs);
+        }
         let out = match handled {
             Ok(Some(Event::Established { peer_token })) => {
                 let superseded = self.settle_duplicates(peer_token, now_ms);
@@ -905,7 +924,7 @@ mod tests {
         assert_eq!(a.conns.peers(), [tb]);
         // A name the peer lacks: no route (yet); an unknown library: an error.
         let bar = a.libs.register(a.reg, "bar").unwrap();
-        a.conns.refresh_all_routes(&a.libs);
+        a.conns.library_added(bar, &a.libs);
         assert_eq!(a.conns.route(&a.libs, bar, tb), Ok(None));
         assert!(matches!(
             a.conns.route(&a.libs, LibId(99), tb),
