@@ -95,10 +95,11 @@ pub struct Connection<K, X, E, const CAP: usize> {
     deadlines: Deadlines,
     /// The peer's route for each library (indexed by `LibId`), so the send path does not
     /// search the directory by name for every message. The directory changes only when this
-    /// connection's session handles a frame, and libraries are only ever added (a released
-    /// `LibId` is never reused): refreshed at exactly those two points, and cleared for a
-    /// library released. Each entry keeps the peer's tag for payload 0 too (its namespace
-    /// bits), so that the send path's tag is one check and one OR.
+    /// connection's session reports it (established, announced, withdrawn, closed), and
+    /// libraries are only ever added (a released `LibId` is never reused): refreshed at
+    /// exactly those points (a new library: its entry alone), and cleared for a library
+    /// released. Each entry keeps the peer's tag for payload 0 too (its namespace bits), so
+    /// that the send path's tag is one check and one OR.
     routes: Vec<Option<(Route, u64)>>,
     told_up: bool,
     closed_for: Option<CloseReason>,
