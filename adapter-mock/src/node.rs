@@ -330,7 +330,8 @@ impl Node {
         peer: u64,
         payload: u64,
     ) -> Result<Option<(EpId, u64)>, NodeError> {
-        let found = (self.engine.route_tag(lib, peer, payload)).map_err(|m| m.error(peer))?;
+        let e = &self.engine;
+        let found = (e.conns.route_tag(&e.libs, lib, peer, payload)).map_err(|m| m.error(peer))?;
         Ok(found.map(|(i, tag)| (self.engine.conns.get(i).io.ep, tag)))
     }
 

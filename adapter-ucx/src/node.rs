@@ -929,7 +929,7 @@ impl Node {
         peer: u64,
         payload: u64,
     ) -> Result<Option<(&Endpoint, u64)>, NodeError> {
-        let found = self.engine.route_tag(lib, peer, payload);
+        let found = (self.engine.conns).route_tag(&self.engine.libs, lib, peer, payload);
         let Some((i, tag)) = found.map_err(|m| m.error(peer))? else {
             return Ok(None);
         };
@@ -1969,23 +1969,13 @@ impl Node {
             },
             None => QueueOwner::Node,
         };
-        let now = self.clock.now_ms();
-        let mut queue = Strays {
-            worker: &self.worker,
-            layout: self.registry.layout(),
-            stats: &mut self.stats,
-            by_id: &mut self.stray_by_id,
-            background: &mut self.background,
-            oldest: None,
-        };
-        let pass = self.engine.unpins.run(
-            self.registry,
-            now,
-            owner,
-            STRAY_PROBES_PER_CALL,
-            confirmed,
-            &mut queue,
-        );
+        let (registry, now) = (self.registry, self.clock.now_ms());
+        let pass = self.with_strays(|engine, _, queue| {
+            let budget = STRAY_PROBES_PER_CALL;
+            engine
+                .unpins
+                .run(registry, now, owner, budget, confirmed, queue)
+        });
         self.stats.stray_probes += pass.probes;
         self.stats.ids_unpinned += pass.unpinned;
         pass.changed
@@ -2008,6 +1998,23 @@ impl Node {
         sent
     }
 
+    /// Runs `f` with the engine, the sweep and the worker's unexpected queue as the stray
+    /// drains see it (what they take is counted in the stats and parked until UCX lets it go).
+    fn with_strays<R>(
+        &mut self,
+        f: impl FnOnce(&mut Engine, &mut engine::Sweep, &mut Strays<'_>) -> R,
+    ) -> R {
+        let mut queue = Strays {
+            worker: &self.worker,
+            layout: self.registry.layout(),
+            stats: &mut self.stats,
+            by_id: &mut self.stray_by_id,
+            background: &mut self.background,
+            oldest: None,
+        };
+        f(&mut self.engine, &mut self.sweep, &mut queue)
+    }
+
     /// D2 within D4's bound: takes out unexpected messages whose namespace id is not
     /// registered here (the control id, unregistered ids, ids beyond the registry; id 0 belongs
     /// to legacy code and is left alone), making at most [`STRAY_TAKES_PER_CALL`] looks at the
@@ -2027,19 +2034,11 @@ impl Node {
         // Every probe may scan UCX's whole unexpected queue, whose length a flood decides: the
         // engine's counts bound the probes, the clock bounds what they cost together.
         let deadline = Instant::now() + Duration::from_micros(STRAY_TIME_BUDGET_US);
-        let mut queue = Strays {
-            worker: &self.worker,
-            layout: self.registry.layout(),
-            stats: &mut self.stats,
-            by_id: &mut self.stray_by_id,
-            background: &mut self.background,
-            oldest: None,
-        };
-        let (taken, looks, probes) =
-            self.sweep
-                .pass(self.registry, STRAY_PROBES_PER_CALL, &mut queue, || {
-                    Instant::now() >= deadline
-                });
+        let registry = self.registry;
+        let (taken, looks, probes) = self.with_strays(|_, sweep, queue| {
+            let out_of_time = || Instant::now() >= deadline;
+            sweep.pass(registry, STRAY_PROBES_PER_CALL, queue, out_of_time)
+        });
         self.stats.stray_head_probes += looks;
         self.stats.stray_probes += probes;
         taken

@@ -84,20 +84,6 @@ impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, 
         self.libs.remove(lib)
     }
 
-    /// The send path's fast lookup ([`Connections::route_tag`]).
-    #[inline]
-    pub fn route_tag(
-        &self,
-        lib: LibId,
-        peer: u64,
-        payload: u64,
-    ) -> Result<Option<(usize, u64)>, RouteMiss>
-    where
-        E: Clone,
-    {
-        self.conns.route_tag(&self.libs, lib, peer, payload)
-    }
-
     /// When the node next has something time-driven to do, in adapter time (the sans-IO
     /// `poll_timeout`): a connection's handshake, acknowledgement or heartbeat deadline, a
     /// superseded connection's linger end, an ended connection's pins coming due, a waiting
