@@ -66,15 +66,11 @@ pub struct Node {
     /// The core engine: every protocol decision is its (this node moves bytes).
     engine: Engine,
     stray: u64,
-    /// The stray sweep (D2 within D4's bound; the engine's, as on UCX).
-    sweep: engine::Sweep,
     buf: Vec<u8>,
     /// The fabric's time at the last `progress` (new connections start their deadlines there).
     last_now_ms: u64,
     deadline_closes: u64,
     flood_closes: u64,
-    /// Host mode ([`set_host_mode`](Node::set_host_mode)).
-    host: bool,
 }
 
 impl Node {
@@ -125,12 +121,10 @@ impl Node {
                 PeerLimits::default(),
             ),
             stray: 0,
-            sweep: engine::Sweep::new(),
             buf: vec![0; MAX_FRAME_LEN],
             last_now_ms: fab.now_ms(),
             deadline_closes: 0,
             flood_closes: 0,
-            host: false,
         }
     }
 
@@ -142,7 +136,7 @@ impl Node {
     /// whose withdrawal is confirmed is freed only once nothing is queued in it — looked at
     /// without taking ([`quarantine_held`](Self::quarantine_held) counts the ids held).
     pub fn set_host_mode(&mut self) {
-        self.host = true;
+        self.engine.owner = QueueOwner::HOST;
     }
 
     /// Host mode: released ids kept quarantined because a message is still queued in them.
@@ -250,8 +244,7 @@ impl Node {
     /// (the core engine's `poll_timeout`, as on UCX); `None`: nothing is timed.
     pub fn poll_timeout_ms(&self, fab: &Fabric) -> Option<u64> {
         let now = fab.now_ms();
-        let sweep = (!self.host).then_some(&self.sweep);
-        let at = self.engine.poll_timeout(now, sweep, |op| match op {
+        let at = self.engine.poll_timeout(now, |op| match op {
             Op::WaitingRoute(w) => Some(w.deadline_ms()),
             _ => None,
         })?;
@@ -291,11 +284,9 @@ impl Node {
             self.last_now_ms,
             self.engine.live.now(),
         );
-        let i = self
-            .engine
+        self.engine
             .conns
             .add(ep, role, &self.identity, layout, now, live, io);
-        self.engine.conns.refresh_routes(i, &self.engine.libs);
     }
 
     /// Hostile-peer hook for tests: sends raw bytes as a control frame to `peer`.
@@ -539,7 +530,7 @@ impl Node {
         for id in ids {
             self.advance_op(fab, id);
         }
-        if !self.host && self.sweep.due(now) {
+        if self.engine.sweep_due(now) {
             self.drain_strays(fab);
         }
     }
@@ -636,7 +627,7 @@ impl Node {
     /// each to the session whose withdrawal it confirms; anything else there is a stray.
     fn take_ack_tags(&mut self, fab: &mut Fabric) {
         let layout = *self.registry.layout();
-        if self.host {
+        if self.engine.owner != QueueOwner::Node {
             // Exactly the tags some session waits for (a host's tags may be anywhere else).
             let awaited: Vec<u64> = self
                 .engine
@@ -669,26 +660,8 @@ impl Node {
     /// mode: held while anything waits in it). The core engine decides, as on UCX.
     fn release_pins(&mut self, fab: &mut Fabric) {
         let now = fab.now_ms();
-        let confirmed = self
-            .engine
-            .unpins
-            .collect_confirmed(self.engine.conns.as_mut_slice());
-        let owner = if self.host {
-            QueueOwner::Host {
-                look_every_ms: DRAIN_INTERVAL_MS,
-            }
-        } else {
-            QueueOwner::Node
-        };
         let mut queue = FabricQueue::new(fab, self.worker, self.registry.layout());
-        let pass = self.engine.unpins.run(
-            self.registry,
-            now,
-            owner,
-            engine::STRAY_PROBES_PER_CALL,
-            confirmed,
-            &mut queue,
-        );
+        let pass = self.engine.unpin_due(self.registry, now, &mut queue);
         self.stray += pass.strays;
     }
 
@@ -722,16 +695,8 @@ impl Node {
     /// taken by `take_ack_tags`; id 0 belongs to legacy code). Host mode: nothing here is
     /// tagspace's to take.
     pub fn drain_strays(&mut self, fab: &mut Fabric) {
-        if self.host {
-            return;
-        }
         let mut queue = FabricQueue::new(fab, self.worker, self.registry.layout());
-        let (taken, _, _) = self.sweep.pass(
-            self.registry,
-            engine::STRAY_PROBES_PER_CALL,
-            &mut queue,
-            || false,
-        );
+        let (taken, _, _) = self.engine.sweep_pass(self.registry, &mut queue, || false);
         self.stray += taken;
     }
 

@@ -399,8 +399,6 @@ pub struct Node {
     engine: Engine,
     stats: NodeStats,
     stray_by_id: Vec<u64>,
-    /// The stray sweep (D2 within D4's bound; the engine's).
-    sweep: engine::Sweep,
     clock: Clock,
     /// Closes and drains UCX has not finished with yet.
     background: Vec<Request>,
@@ -539,7 +537,6 @@ impl Node {
             engine: Engine::new(index_keys(), cfg.clock.now_ms(), cfg.liveness, cfg.limits),
             stats: NodeStats::default(),
             stray_by_id: vec![0; CAP],
-            sweep: engine::Sweep::new(),
             clock: cfg.clock,
             background: Vec::new(),
             closing: Vec::new(),
@@ -553,8 +550,9 @@ impl Node {
             unattached_bytes: 0,
         };
         let mut node = node;
-        if node.host.is_none() {
-            node.post_ack_recv()?;
+        match node.host {
+            None => node.post_ack_recv()?,
+            Some(_) => node.engine.owner = QueueOwner::HOST,
         }
         tracing::info!(token = node.token, addr = ?node.listen_addr().ok(), "tagspace node up");
         Ok(node)
@@ -738,7 +736,6 @@ impl Node {
             .engine
             .conns
             .add(key, role, &self.identity, layout, now, live, io);
-        self.engine.conns.refresh_routes(i, &self.engine.libs);
         if let Some(e) = failed {
             self.engine.conns.failed(i, e, &mut self.engine.libs);
             self.fail_ep(i, e);
@@ -1310,13 +1307,9 @@ impl Node {
         self.engine
             .conns
             .forget(|c| c.io.ep.is_none(), &mut self.engine.unpins, now);
-        let now = self.clock.now_ms();
-        if self.host.is_some() {
-            // Coexistence: the host's libraries own every tag tagspace does not; nothing is
-            // swept out of the host's queue.
-            return busy;
-        }
-        if self.sweep.due(now) {
+        // Never on a host's worker (coexistence: the host's libraries own every tag tagspace
+        // does not; nothing is swept out of the host's queue).
+        if self.engine.sweep_due(now) {
             busy |= self.drain_strays() > 0;
         }
         busy
@@ -1329,8 +1322,7 @@ impl Node {
     /// on its own event loop wakes by then and calls [`progress`](Self::progress).
     pub fn poll_timeout_ms(&self) -> Option<u64> {
         let now = self.clock.now_ms();
-        let sweep = self.host.is_none().then_some(&self.sweep);
-        let at = self.engine.poll_timeout(now, sweep, |op| match op {
+        let at = self.engine.poll_timeout(now, |op| match op {
             Op::WaitingRoute(w) => Some(w.deadline_ms()),
             _ => None,
         })?;
@@ -1959,23 +1951,8 @@ impl Node {
     /// confirmation came. A host library's tags (ucxx hashes them over all 64 bits) fall in
     /// any namespace id, so a partial-mask removal could steal them.
     fn release_confirmed(&mut self) -> bool {
-        let confirmed = self
-            .engine
-            .unpins
-            .collect_confirmed(self.engine.conns.as_mut_slice());
-        let owner = match self.host {
-            Some(_) => QueueOwner::Host {
-                look_every_ms: DRAIN_INTERVAL_MS,
-            },
-            None => QueueOwner::Node,
-        };
         let (registry, now) = (self.registry, self.clock.now_ms());
-        let pass = self.with_strays(|engine, _, queue| {
-            let budget = STRAY_PROBES_PER_CALL;
-            engine
-                .unpins
-                .run(registry, now, owner, budget, confirmed, queue)
-        });
+        let pass = self.with_strays(|engine, queue| engine.unpin_due(registry, now, queue));
         self.stats.stray_probes += pass.probes;
         self.stats.ids_unpinned += pass.unpinned;
         pass.changed
@@ -1998,12 +1975,9 @@ impl Node {
         sent
     }
 
-    /// Runs `f` with the engine, the sweep and the worker's unexpected queue as the stray
+    /// Runs `f` with the engine and the worker's unexpected queue as the stray
     /// drains see it (what they take is counted in the stats and parked until UCX lets it go).
-    fn with_strays<R>(
-        &mut self,
-        f: impl FnOnce(&mut Engine, &mut engine::Sweep, &mut Strays<'_>) -> R,
-    ) -> R {
+    fn with_strays<R>(&mut self, f: impl FnOnce(&mut Engine, &mut Strays<'_>) -> R) -> R {
         let mut queue = Strays {
             worker: &self.worker,
             layout: self.registry.layout(),
@@ -2012,7 +1986,7 @@ impl Node {
             background: &mut self.background,
             oldest: None,
         };
-        f(&mut self.engine, &mut self.sweep, &mut queue)
+        f(&mut self.engine, &mut queue)
     }
 
     /// D2 within D4's bound: takes out unexpected messages whose namespace id is not
@@ -2028,16 +2002,13 @@ impl Node {
     /// unregistered id — each scans UCX's queue, which UCX hashes only for full masks —
     /// started every [`DRAIN_INTERVAL_MS`] and resumed where the previous call's budget ended.
     pub fn drain_strays(&mut self) -> u64 {
-        if self.host.is_some() {
-            return 0; // host mode: the host's libraries own what tagspace does not
-        }
+        // Host mode: nothing (the engine's sweep takes nothing from a host's queue).
         // Every probe may scan UCX's whole unexpected queue, whose length a flood decides: the
         // engine's counts bound the probes, the clock bounds what they cost together.
         let deadline = Instant::now() + Duration::from_micros(STRAY_TIME_BUDGET_US);
         let registry = self.registry;
-        let (taken, looks, probes) = self.with_strays(|_, sweep, queue| {
-            let out_of_time = || Instant::now() >= deadline;
-            sweep.pass(registry, STRAY_PROBES_PER_CALL, queue, out_of_time)
+        let (taken, looks, probes) = self.with_strays(|engine, queue| {
+            engine.sweep_pass(registry, queue, || Instant::now() >= deadline)
         });
         self.stats.stray_head_probes += looks;
         self.stats.stray_probes += probes;

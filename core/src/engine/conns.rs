@@ -441,9 +441,9 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         v
     }
 
-    /// Recomputes connection `i`'s route cache from its session's directory (a new
-    /// connection, or its directory changed: O(libraries)).
-    pub fn refresh_routes<'r>(&mut self, i: usize, libs: &Libraries<'r, CAP, E>)
+    /// Recomputes connection `i`'s route cache from its session's directory (its directory
+    /// changed: O(libraries)). A new connection routes nothing until it is established.
+    fn refresh_routes<'r>(&mut self, i: usize, libs: &Libraries<'r, CAP, E>)
     where
         E: Clone,
     {
@@ -592,7 +592,8 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         // The directory changes only with these (between HELLO and PROOF it changes quietly,
         // but routes nothing until `Established` reports it whole); a PING, PONG or ack
         // leaves the cache as it is.
-        if !matches!(handled, Ok(None)) {
+        let changed = !matches!(handled, Ok(None));
+        if changed {
             self.refresh_routes(i, libs);
         }
         let out = match handled {
@@ -630,7 +631,11 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
                 Control::ProtocolError(e)
             }
         };
-        self.reindex();
+        // Which connection serves a peer changes only with the same events (established,
+        // superseded, closed): a heartbeat does not rebuild the index.
+        if changed {
+            self.reindex();
+        }
         out
     }
 

@@ -50,6 +50,11 @@ pub struct Engine<'r, K, X, T, E, const CAP: usize> {
     pub liveness: Option<Liveness>,
     /// The per-connection flood limits (D5).
     pub limits: PeerLimits,
+    /// The stray sweep (D2 within D4's bound).
+    pub sweep: Sweep,
+    /// Whose queue the worker's is: the node's (strays swept, quarantined ids drained) or a
+    /// host's ([`QueueOwner::HOST`]: nothing taken, ids held while anything waits in them).
+    pub owner: QueueOwner,
 }
 
 #[cfg(feature = "alloc")]
@@ -70,7 +75,43 @@ impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, 
             live: LiveClock::new(now_ms),
             liveness,
             limits,
+            sweep: Sweep::new(),
+            owner: QueueOwner::Node,
         }
+    }
+
+    /// R7's last step, one pass: collects the withdrawals peers confirmed, then gives back
+    /// every id that is due, drained or looked at first as [`owner`](Self::owner) says, within
+    /// [`STRAY_PROBES_PER_CALL`] probes ([`Unpins::run`]).
+    pub fn unpin_due(
+        &mut self,
+        registry: &crate::Registry<CAP>,
+        now_ms: u64,
+        queue: &mut impl StrayQueue,
+    ) -> UnpinPass {
+        let confirmed = self.unpins.collect_confirmed(self.conns.as_mut_slice());
+        let budget = STRAY_PROBES_PER_CALL;
+        (self.unpins).run(registry, now_ms, self.owner, budget, confirmed, queue)
+    }
+
+    /// Whether a stray sweep pass is due at `now_ms` (never on a host's worker: the host's
+    /// libraries own every tag tagspace does not).
+    pub fn sweep_due(&mut self, now_ms: u64) -> bool {
+        self.owner == QueueOwner::Node && self.sweep.due(now_ms)
+    }
+
+    /// One stray sweep pass within [`STRAY_PROBES_PER_CALL`] probes ([`Sweep::pass`]): (strays
+    /// taken, head looks, id probes); nothing on a host's worker.
+    pub fn sweep_pass(
+        &mut self,
+        registry: &crate::Registry<CAP>,
+        queue: &mut impl QueueHead,
+        out_of_time: impl Fn() -> bool,
+    ) -> (u64, u64, u64) {
+        if self.owner != QueueOwner::Node {
+            return (0, 0, 0);
+        }
+        (self.sweep).pass(registry, STRAY_PROBES_PER_CALL, queue, out_of_time)
     }
 
     /// Releases library `lib` (its namespace goes when the returned value is dropped: the
@@ -88,14 +129,14 @@ impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, 
     /// `poll_timeout`): a connection's handshake, acknowledgement or heartbeat deadline, a
     /// superseded connection's linger end, an ended connection's pins coming due, a waiting
     /// send's deadline (`op_deadline` reads it from the adapter's operation), the next stray
-    /// sweep (`sweep`: `None` on a host's worker, which is never swept). `None`: nothing is
-    /// timed. An adapter that sleeps between events wakes by then and calls its `progress`.
+    /// sweep (not on a host's worker, which is never swept). `None`: nothing is timed. An
+    /// adapter that sleeps between events wakes by then and calls its `progress`.
     pub fn poll_timeout(
         &self,
         now_ms: u64,
-        sweep: Option<&Sweep>,
         op_deadline: impl Fn(&T) -> Option<u64>,
     ) -> Option<u64> {
+        let sweep = (self.owner == QueueOwner::Node).then_some(&self.sweep);
         let live_ms = self.live.now();
         let conns = self.conns.iter().filter_map(|c| match c.state() {
             LinkState::Open => c
@@ -890,37 +931,33 @@ mod tests {
         let me = Identity::from_seed(&[1; 32]);
         let mut e: Engine<'static, u32, (), u64, (), 64> =
             Engine::new([1, 2], 100, None, PeerLimits::default());
-        assert_eq!(e.poll_timeout(100, None, |_| None), None, "nothing timed");
+        // A host's worker is never swept: nothing else is timed yet.
+        e.owner = QueueOwner::HOST;
+        assert_eq!(e.poll_timeout(100, |_| None), None, "nothing timed");
         e.conns
             .add(7, Role::Initiator, &me, reg.layout(), 100, 0, ());
         let handshake = 100 + HANDSHAKE_TIMEOUT_MS;
-        assert_eq!(e.poll_timeout(150, None, |_| None), Some(handshake));
+        assert_eq!(e.poll_timeout(150, |_| None), Some(handshake));
         let op = e.ops.start(Next::Wait(500));
         assert_eq!(
-            e.poll_timeout(150, None, |&d| Some(d)),
+            e.poll_timeout(150, |&d| Some(d)),
             Some(500),
             "a waiting send's deadline"
         );
         assert!(e.ops.take(op).is_none());
-        let mut sweep = Sweep::new();
+        assert!(!e.sweep_due(150), "never on a host's worker");
+        e.owner = QueueOwner::Node;
         assert_eq!(
-            e.poll_timeout(150, Some(&sweep), |_| None),
+            e.poll_timeout(150, |_| None),
             Some(0),
             "a first sweep is due"
         );
         let mut q = NoQueue;
-        while sweep.due(150) {
-            assert_eq!(
-                e.poll_timeout(150, Some(&sweep), |_| None),
-                Some(0),
-                "under way"
-            );
-            sweep.pass(reg, 8, &mut q, || false);
+        while e.sweep_due(150) {
+            assert_eq!(e.poll_timeout(150, |_| None), Some(0), "under way");
+            e.sweep_pass(reg, &mut q, || false);
         }
-        assert_eq!(
-            e.poll_timeout(150, Some(&sweep), |_| None),
-            Some(150 + DRAIN_INTERVAL_MS)
-        );
+        assert_eq!(e.poll_timeout(150, |_| None), Some(150 + DRAIN_INTERVAL_MS));
     }
 
     #[cfg(feature = "alloc")]

@@ -28,6 +28,13 @@ pub enum QueueOwner {
     },
 }
 
+impl QueueOwner {
+    /// A host's queue, its held ids looked at again every [`DRAIN_INTERVAL_MS`](super::DRAIN_INTERVAL_MS).
+    pub const HOST: QueueOwner = QueueOwner::Host {
+        look_every_ms: super::DRAIN_INTERVAL_MS,
+    };
+}
+
 /// What one [`Unpins::run`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct UnpinPass {
