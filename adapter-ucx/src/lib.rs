@@ -16,14 +16,15 @@
 //!   CUDA (C2).
 //!
 //! The main job is the `tagspace-demo` binary (several real processes over UCX). Under
-//! `--cfg loom` only [`ipc`] is built (its loom models do not need UCX).
+//! `--cfg loom` only [`ipc`] is built (its loom models do not need UCX); so it is under
+//! `--cfg trybuild`, which the compile-fail tests of [`ipc`]'s guard types build with.
 #![deny(missing_docs)]
 
 pub mod ipc;
-#[cfg(not(loom))]
+#[cfg(not(any(loom, trybuild)))]
 pub mod node;
-#[cfg(not(loom))]
+#[cfg(not(any(loom, trybuild)))]
 pub mod shared;
 mod sync;
-#[cfg(not(loom))]
+#[cfg(not(any(loom, trybuild)))]
 pub mod ucp;
