@@ -8,26 +8,22 @@ cd "$(dirname "$0")/.."
 versions=("$@")
 [ ${#versions[@]} -gt 0 ] || versions=(bundled system wheel)
 cargo build --release -q -p tagspace-ucx --bin tagspace-demo
-cargo test -q -p tagspace-ucx --test multiprocess --no-run 2>/dev/null
+# The test binaries are those of `cargo test --workspace` and the bench that of the release
+# build (scripts/cargo-exe.sh): run as they are, each with the UCX under test on the loader path.
+# The multi-process tests start the demo binary their build made, loading what
+# TAGSPACE_DEMO_UCX_LIB names.
+multi_bin=$(scripts/cargo-exe.sh test multiprocess)
 # Host mode (a host's worker and endpoints, adapter-ucx/tests/host_mode.rs) runs in the test
-# process itself, so its binary is started with each UCX on the loader path; its MULTI-worker
-# test needs a UCX built with thread support (1.13.1 and 1.22 here, not the bundled 1.12.1).
-host_bin=$(cargo test -p tagspace-ucx --test host_mode --no-run 2>&1 \
-  | sed -n 's/.*Executable tests\/host_mode.rs (\(.*\))/\1/p')
-[ -x "$host_bin" ] || { echo "ucx-matrix: host_mode test binary not found"; exit 1; }
+# process itself; its MULTI-worker test needs a UCX built with thread support (1.13.1 and 1.22
+# here, not the bundled 1.12.1).
+host_bin=$(scripts/cargo-exe.sh test host_mode)
 # The shared node (libraries on several threads, adapter-ucx/tests/shared_node.rs) and its
 # routing bench need MULTI workers too.
-shared_bin=$(cargo test -p tagspace-ucx --test shared_node --no-run 2>&1 \
-  | sed -n 's/.*Executable tests\/shared_node.rs (\(.*\))/\1/p')
-[ -x "$shared_bin" ] || { echo "ucx-matrix: shared_node test binary not found"; exit 1; }
+shared_bin=$(scripts/cargo-exe.sh test shared_node)
+route_bin=$(scripts/cargo-exe.sh bench shared_route)
 # The caller's-buffer path (tag_send_from / tag_recv_into) leans on how each UCX completes a
 # receive of a message already waiting.
-buf_bin=$(cargo test -p tagspace-ucx --test borrowed_buffers --no-run 2>&1 \
-  | sed -n 's/.*Executable tests\/borrowed_buffers.rs (\(.*\))/\1/p')
-[ -x "$buf_bin" ] || { echo "ucx-matrix: borrowed_buffers test binary not found"; exit 1; }
-route_bin=$(cargo bench -p tagspace-ucx --bench shared_route --no-run 2>&1 \
-  | sed -n 's/.*Executable benches\/shared_route.rs (\(.*\))/\1/p')
-[ -x "$route_bin" ] || { echo "ucx-matrix: shared_route bench binary not found"; exit 1; }
+buf_bin=$(scripts/cargo-exe.sh test borrowed_buffers)
 for v in "${versions[@]}"; do
   lib=$(scripts/ucx-lib.sh "$v")
   echo
@@ -46,7 +42,7 @@ for v in "${versions[@]}"; do
   run_demo --procs 8 --transport tcp --simultaneous | grep -E "OK: every message"
   echo "-- multi-process tests with UCX $loaded"
   TAGSPACE_DEMO_UCX_LIB=$lib TAGSPACE_DEMO_UCX_VERSION=$loaded \
-    cargo test -q -p tagspace-ucx --test multiprocess 2>&1 | grep -E "^test result|FAILED|panicked" 
+    "$multi_bin" 2>&1 | grep -E "^test result|FAILED|panicked"
   [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "multi-process tests failed with UCX $loaded"; exit 1; }
   echo "-- host-mode tests with UCX $loaded"
   with_ucx "$host_bin" --nocapture 2>&1 | grep -E "^test result|FAILED|panicked|not run"
