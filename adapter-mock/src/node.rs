@@ -643,8 +643,8 @@ impl Node {
             }
             return;
         }
-        let tag = (CONTROL_ID as u64) << layout.namespace_field().shift();
-        while let Ok(Some(r)) = fab.tag_probe(self.worker, tag, layout.namespace_mask(), true) {
+        let space = layout.space(CONTROL_ID);
+        while let Ok(Some(r)) = fab.tag_probe(self.worker, space.tag, space.mask, true) {
             if !self
                 .engine
                 .conns
@@ -743,10 +743,10 @@ impl<'f> FabricQueue<'f> {
     }
 
     fn probe(&mut self, id: u16, remove: bool) -> bool {
-        let field = self.layout.namespace_field();
-        let tag = (id as u64) << field.shift();
+        let space = self.layout.space(id);
         matches!(
-            self.fab.tag_probe(self.worker, tag, field.mask(), remove),
+            self.fab
+                .tag_probe(self.worker, space.tag, space.mask, remove),
             Ok(Some(_))
         )
     }

@@ -1846,12 +1846,11 @@ impl Node {
     /// cost, and the stray drain leaves the control namespace alone.
     fn post_ack_recv(&mut self) -> Result<(), NodeError> {
         let layout = self.registry.layout();
-        let tag = (CONTROL_ID as u64) << layout.namespace_field().shift();
-        self.ack_recv = Some(self.worker.tag_recv(
-            tag,
-            layout.namespace_mask(),
-            Vec::with_capacity(0),
-        )?);
+        let space = layout.space(CONTROL_ID);
+        self.ack_recv = Some(
+            self.worker
+                .tag_recv(space.tag, space.mask, Vec::with_capacity(0))?,
+        );
         Ok(())
     }
 
@@ -2087,13 +2086,12 @@ impl Strays<'_> {
 
 impl StrayQueue for Strays<'_> {
     fn take_one(&mut self, id: u16) -> bool {
-        let field = self.layout.namespace_field();
-        self.take((id as u64) << field.shift(), field.mask(), id)
+        let space = self.layout.space(id);
+        self.take(space.tag, space.mask, id)
     }
     fn waits(&mut self, id: u16) -> bool {
-        let field = self.layout.namespace_field();
-        let tag = (id as u64) << field.shift();
-        self.worker.tag_probe(tag, field.mask()).is_some()
+        let space = self.layout.space(id);
+        self.worker.tag_probe(space.tag, space.mask).is_some()
     }
 }
 

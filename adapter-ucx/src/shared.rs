@@ -335,7 +335,7 @@ impl SharedNode {
     #[inline]
     pub fn matcher_fast(&self, lib: LibId, payload: u64) -> Option<(u64, u64)> {
         let bits = self.inner.ns_bits.get(lib.0)?.load(Ordering::Acquire);
-        let mask = self.inner.layout.namespace_mask();
+        let mask = self.inner.layout.fixed_mask();
         (bits != 0 && payload & mask == 0 && payload != !mask).then_some((bits | payload, u64::MAX))
     }
 
@@ -499,7 +499,7 @@ impl RouteHit {
     /// The route to library `lib` on `peer` over endpoint `ep` whose tag for some payload was
     /// `tag`, at epoch `epoch`, under `layout`.
     pub fn new(epoch: u64, lib: u64, peer: u64, ep: usize, tag: u64, layout: &TagLayout) -> Self {
-        let ns_mask = layout.namespace_mask();
+        let ns_mask = layout.fixed_mask();
         RouteHit {
             epoch,
             lib,

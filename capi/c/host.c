@@ -148,6 +148,31 @@ static int rank_main(const char *dir)
     ts_check(tagspace_check_foreign(reg, raft_style, NULL, 0, &raft_hits), "check_foreign");
     if (hits != 255 || raft_hits != 0) DIE("check_foreign: random %zu, raft-style %zu", hits, raft_hits);
 
+    /* Beside rapidsmpf (its recv_any probes reach tags with bits 23..31 zero): the default
+     * layout is in its reach; the layout `tagspace layout --against rapidsmpf` prints is not. */
+    tagspace_matcher_t rapidsmpf = {0, 0xff800000ull};
+    size_t in_reach = 0;
+    ts_check(tagspace_check_foreign(reg, rapidsmpf, NULL, 0, &in_reach), "check_foreign");
+    if (in_reach == 0) DIE("the default layout should be in rapidsmpf's reach");
+    tagspace_layout_options_t opts;
+    tagspace_layout_options_init(&opts);
+    if (tagspace_layout_options_from_spec(&opts, "ns=56:8,seq=0:8") != TAGSPACE_ERR_BAD_LAYOUT)
+        DIE("a spec with a named field should be refused");
+    if (tagspace_layout_options_from_spec(&opts, "ns=56:8,guard=0x1/0x0") != TAGSPACE_ERR_BAD_LAYOUT)
+        DIE("a guard value outside its mask should be refused");
+    ts_check(tagspace_layout_options_from_spec(&opts, "ns=56:8,guard=0x80000000/0x80000000"),
+             "tagspace_layout_options_from_spec");
+    tagspace_registry_t *guarded;
+    ts_check(tagspace_registry_new(&opts, &guarded), "tagspace_registry_new");
+    ts_check(tagspace_check_foreign(guarded, rapidsmpf, NULL, 0, &in_reach), "check_foreign");
+    if (in_reach != 0) DIE("the guarded layout is in rapidsmpf's reach (%zu ids)", in_reach);
+    tagspace_registry_info_t info = {.struct_size = sizeof info};
+    ts_check(tagspace_registry_info(guarded, &info), "tagspace_registry_info");
+    if (info.guard_mask != 0x80000000ull || info.guard_value != 0x80000000ull)
+        DIE("guard bits %llx/%llx", (unsigned long long)info.guard_value,
+            (unsigned long long)info.guard_mask);
+    tagspace_registry_free(guarded);
+
     /* UCX: the host's own context, worker and endpoints. */
     ucp_context_h ctx;
     ucp_worker_h w;

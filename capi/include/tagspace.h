@@ -77,6 +77,12 @@ typedef struct tagspace_layout_options_t {
   uint32_t namespace_width;
   // Nonzero: well-known names get their fixed ids (default 1).
   uint32_t well_known;
+  // Guard bits: bits outside the namespace field that every tagspace tag fixes to
+  // `guard_value`, to keep foreign libraries' wildcards out of reach (default 0: none). Read
+  // only when `struct_size` covers it (callers built against an older header get none).
+  uint64_t guard_mask;
+  // The guard bits' values (inside `guard_mask`).
+  uint64_t guard_value;
 } tagspace_layout_options_t;
 
 // A snapshot of a registry's layout and counters.
@@ -102,6 +108,10 @@ typedef struct tagspace_registry_info_t {
   uint64_t epoch;
   // Hash of the layout; two processes must have the same one to share tags.
   uint64_t layout_fingerprint;
+  // The layout's guard bits (0: none), fixed to `guard_value` in every tagspace tag.
+  uint64_t guard_mask;
+  // See `guard_mask`.
+  uint64_t guard_value;
 } tagspace_registry_info_t;
 
 // A UCX-style matcher: a message sent with tag `t` matches when `(t ^ tag) & mask == 0`.
@@ -301,6 +311,18 @@ size_t tagspace_last_error(char *buf, size_t cap);
 // # Safety
 // `opts` is `NULL` or valid for writing a `tagspace_layout_options_t`.
 void tagspace_layout_options_init(struct tagspace_layout_options_t *opts);
+
+// Sets the layout fields of `opts` (namespace field and guard bits) from a layout SPEC as the
+// `tagspace` command prints it, e.g. `tagspace layout --against rapidsmpf`:
+// `default` or `ns=SHIFT:WIDTH[,guard=VALUE/MASK]`. Named fields are not part of a registry's
+// options (they change no tag tagspace builds): a SPEC with them is refused. `opts` is left as
+// it was on failure; initialise it with `tagspace_layout_options_init` first.
+//
+// # Safety
+// `opts` is valid for reading and writing a `tagspace_layout_options_t`; `spec` is `NULL` or a
+// NUL-terminated string.
+tagspace_status_t tagspace_layout_options_from_spec(struct tagspace_layout_options_t *opts,
+                                                    const char *spec);
 
 // A handle on the process-global registry, which every library of the process that links this
 // same copy of tagspace shares. Its layout is the default unless

@@ -137,7 +137,16 @@ pub struct tagspace_layout_options_t {
     pub namespace_width: u32,
     /// Nonzero: well-known names get their fixed ids (default 1).
     pub well_known: u32,
+    /// Guard bits: bits outside the namespace field that every tagspace tag fixes to
+    /// `guard_value`, to keep foreign libraries' wildcards out of reach (default 0: none). Read
+    /// only when `struct_size` covers it (callers built against an older header get none).
+    pub guard_mask: u64,
+    /// The guard bits' values (inside `guard_mask`).
+    pub guard_value: u64,
 }
+
+/// `struct_size` of the first `tagspace_layout_options_t`, before the guard bits.
+const LAYOUT_OPTIONS_V1: u32 = 16;
 
 /// A snapshot of a registry's layout and counters.
 #[repr(C)]
@@ -164,6 +173,10 @@ pub struct tagspace_registry_info_t {
     pub epoch: u64,
     /// Hash of the layout; two processes must have the same one to share tags.
     pub layout_fingerprint: u64,
+    /// The layout's guard bits (0: none), fixed to `guard_value` in every tagspace tag.
+    pub guard_mask: u64,
+    /// See `guard_mask`.
+    pub guard_value: u64,
 }
 
 /// A UCX-style matcher: a message sent with tag `t` matches when `(t ^ tag) & mask == 0`.
@@ -451,6 +464,8 @@ pub unsafe extern "C" fn tagspace_layout_options_init(opts: *mut tagspace_layout
         namespace_shift: f.shift(),
         namespace_width: f.width(),
         well_known: 1,
+        guard_mask: 0,
+        guard_value: 0,
     };
     // SAFETY: the caller's contract.
     let _ = unsafe { put(opts, "opts", v) };
@@ -460,19 +475,32 @@ pub unsafe extern "C" fn tagspace_layout_options_init(opts: *mut tagspace_layout
 /// `opts` is `NULL` or points to at least `struct_size` readable bytes.
 unsafe fn layout_of(opts: *const tagspace_layout_options_t) -> Result<(TagLayout, bool), Fail> {
     // SAFETY: the caller's contract; only the leading `struct_size` field is read first.
-    let size = unsafe { arg(opts.cast::<u32>(), "opts") }?;
+    let size = *unsafe { arg(opts.cast::<u32>(), "opts") }?;
     let ours = std::mem::size_of::<tagspace_layout_options_t>() as u32;
-    if *size < ours {
+    if size < LAYOUT_OPTIONS_V1 {
         return Err(Fail::new(
             TAGSPACE_ERR_BAD_STRUCT_SIZE,
             format!(
-                "opts->struct_size is {size}, less than the {ours} bytes this library reads; \
-                 call tagspace_layout_options_init first"
+                "opts->struct_size is {size}, less than the {LAYOUT_OPTIONS_V1} bytes this \
+                 library reads; call tagspace_layout_options_init first"
             ),
         ));
     }
-    // SAFETY: `struct_size` says the whole (version 1) struct is there.
-    let o = unsafe { *opts };
+    let o = if size >= ours {
+        // SAFETY: `struct_size` says the whole struct is there.
+        unsafe { *opts }
+    } else {
+        // SAFETY: the first version's fields are there; the guard bits are not.
+        let v1 = unsafe { std::slice::from_raw_parts(opts.cast::<u32>(), 4) };
+        tagspace_layout_options_t {
+            struct_size: v1[0],
+            namespace_shift: v1[1],
+            namespace_width: v1[2],
+            well_known: v1[3],
+            guard_mask: 0,
+            guard_value: 0,
+        }
+    };
     if !(8..=16).contains(&o.namespace_width) {
         return Err(Fail::new(
             TAGSPACE_ERR_BAD_LAYOUT,
@@ -483,8 +511,58 @@ unsafe fn layout_of(opts: *const tagspace_layout_options_t) -> Result<(TagLayout
             ),
         ));
     }
-    let layout = TagLayout::builder(o.namespace_shift, o.namespace_width).build()?;
-    Ok((layout, o.well_known != 0))
+    let mut b = TagLayout::builder(o.namespace_shift, o.namespace_width);
+    if o.guard_mask != 0 || o.guard_value != 0 {
+        b = b.guard(o.guard_mask, o.guard_value);
+    }
+    Ok((b.build()?, o.well_known != 0))
+}
+
+/// Sets the layout fields of `opts` (namespace field and guard bits) from a layout SPEC as the
+/// `tagspace` command prints it, e.g. `tagspace layout --against rapidsmpf`:
+/// `default` or `ns=SHIFT:WIDTH[,guard=VALUE/MASK]`. Named fields are not part of a registry's
+/// options (they change no tag tagspace builds): a SPEC with them is refused. `opts` is left as
+/// it was on failure; initialise it with `tagspace_layout_options_init` first.
+///
+/// # Safety
+/// `opts` is valid for reading and writing a `tagspace_layout_options_t`; `spec` is `NULL` or a
+/// NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn tagspace_layout_options_from_spec(
+    opts: *mut tagspace_layout_options_t,
+    spec: *const c_char,
+) -> tagspace_status_t {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let spec = unsafe { arg(spec, "spec") }?;
+        // SAFETY: a non-NULL `spec` is NUL-terminated (the caller's contract).
+        let spec = unsafe { CStr::from_ptr(spec) }
+            .to_str()
+            .map_err(|_| Fail::new(TAGSPACE_ERR_BAD_LAYOUT, "`spec` is not UTF-8"))?;
+        let layout = TagLayout::parse_spec(spec)
+            .map_err(|e| Fail::new(TAGSPACE_ERR_BAD_LAYOUT, format!("layout {spec:?}: {e}")))?;
+        if let Some((name, _)) = layout.fields().next() {
+            return Err(Fail::new(
+                TAGSPACE_ERR_BAD_LAYOUT,
+                format!(
+                    "layout {spec:?} names field {name:?}: registry options take the namespace \
+                     field and guard bits only"
+                ),
+            ));
+        }
+        // SAFETY: the caller's contract.
+        let o = unsafe { arg(opts.cast_const(), "opts") }?;
+        let f = layout.namespace_field();
+        let v = tagspace_layout_options_t {
+            namespace_shift: f.shift(),
+            namespace_width: f.width(),
+            guard_mask: layout.guard_mask(),
+            guard_value: layout.guard_value(),
+            ..*o
+        };
+        // SAFETY: the caller's contract.
+        unsafe { put(opts, "opts", v) }
+    })
 }
 
 /// A handle on the process-global registry, which every library of the process that links this
@@ -636,6 +714,8 @@ pub unsafe extern "C" fn tagspace_registry_info(
             am_ids_per_namespace: r.layout().am_ids_per_namespace(),
             epoch: r.epoch(),
             layout_fingerprint: r.layout().fingerprint(),
+            guard_mask: r.layout().guard_mask(),
+            guard_value: r.layout().guard_value(),
         };
         // SAFETY: the caller's contract.
         unsafe { copy_versioned(info, "info", &v) }
@@ -1029,11 +1109,11 @@ pub unsafe extern "C" fn tagspace_check_foreign(
     guard(|| {
         // SAFETY: the caller's contract.
         let r = unsafe { arg(reg, "reg") }?.get();
-        let f = r.layout().namespace_field();
         let foreign = RawMatcher::new(foreign.tag, foreign.mask);
         let mut n = 0usize;
         for id in 1..r.capacity() as u64 {
-            let space = RawMatcher::new(id << f.shift(), f.mask());
+            // every tag tagspace builds there: the id and the guard bits fixed
+            let space = r.layout().space(id as u16);
             if overlap(foreign, space).is_some() {
                 if !ids.is_null() && n < cap {
                     // SAFETY: `n < cap`, within the caller's array.

@@ -3,33 +3,41 @@
 //! ```text
 //! tagspace decode <TAG>... [--layout SPEC]   which namespace a raw tag is in, and its fields
 //! tagspace layout [--layout SPEC]            the bit map of a layout
+//! tagspace layout --against <PATTERN>... [--width W] [--field NAME:WIDTH]...
+//!                                            a layout no pattern can reach (F1), with proofs
+//! tagspace foreign                           the table of foreign libraries' patterns
 //! tagspace well-known                        the table of well-known namespace ids
 //! tagspace check <PATTERN>... [--layout SPEC]
 //!                                            which namespaces a foreign library's tags can hit
 //! ```
 //!
 //! Numbers are decimal, `0x` hex or `0b` binary (`_` allowed). A layout SPEC is `default` or
-//! `ns=SHIFT:WIDTH[,NAME=SHIFT:WIDTH...]` (the namespace field, then named payload fields). A
-//! PATTERN is `TAG/MASK` (UCX: mask bits set must match), `TAG~IGNORE` (libfabric: ignore bits
-//! set are free), or a preset: `any` (any 64-bit tag, as ucxx's hashed tags) or `top32-zero`
-//! (the top 32 bits zero, as RAFT's comms tags).
+//! `ns=SHIFT:WIDTH[,NAME=SHIFT:WIDTH...][,guard=VALUE/MASK]` (the namespace field, named payload
+//! fields, and guard bits every tagspace tag fixes). A PATTERN is `TAG/MASK` (UCX: mask bits set
+//! must match), `TAG~IGNORE` (libfabric: ignore bits set are free), a row of the foreign table
+//! (`rapidsmpf`, `blazingsql`, ...: `tagspace foreign` lists them), `any` (any 64-bit tag) or
+//! `top32-zero` (the top 32 bits zero).
 //!
 //! Exit status: 0 on success (for `check`: no pattern can reach a namespace tagspace manages),
-//! 1 when `check` finds a pattern that can, 2 on bad input (with a message naming what was
-//! wrong).
+//! 1 when `check` finds a pattern that can or `layout --against` finds none that avoids them
+//! all, 2 on bad input (with a message naming what was wrong).
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
+use tagspace_core::foreign::{self, choose_layout, ChooseError, FOREIGN};
 use tagspace_core::wellknown::{well_known_name, CONTROL_ID, FIRST_DYNAMIC_ID, WELL_KNOWN};
-use tagspace_core::{overlap, RawMatcher, TagLayout};
+use tagspace_core::{overlap, RawMatcher, Reach, TagLayout};
 
 const USAGE: &str = "\
 usage: tagspace decode <TAG>... [--layout SPEC]
        tagspace layout [--layout SPEC]
+       tagspace layout --against <PATTERN>... [--width W] [--field NAME:WIDTH]...
        tagspace well-known
+       tagspace foreign
        tagspace check <PATTERN>... [--layout SPEC]
-numbers: decimal, 0x hex or 0b binary; SPEC: default | ns=SHIFT:WIDTH[,NAME=SHIFT:WIDTH...]
-PATTERN: TAG/MASK (UCX) | TAG~IGNORE (libfabric) | any | top32-zero";
+numbers: decimal, 0x hex or 0b binary
+SPEC: default | ns=SHIFT:WIDTH[,NAME=SHIFT:WIDTH...][,guard=VALUE/MASK]
+PATTERN: TAG/MASK (UCX) | TAG~IGNORE (libfabric) | a preset (tagspace foreign) | any | top32-zero";
 
 /// What a command produced: its output and whether `check` found a reachable namespace.
 struct Outcome {
@@ -58,16 +66,49 @@ fn main() -> ExitCode {
 fn run(args: &[String]) -> Result<Outcome, String> {
     let mut layout = TagLayout::DEFAULT;
     let mut rest = Vec::new();
+    let mut against = false;
+    let mut width = None;
+    let mut fields = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
-        if a == "--layout" {
-            let spec = it.next().ok_or("--layout needs a SPEC")?;
-            layout = parse_layout(spec)?;
-        } else if let Some(spec) = a.strip_prefix("--layout=") {
-            layout = parse_layout(spec)?;
+        // `--name VALUE` or `--name=VALUE`
+        let mut value = |name: &str, needs: &str| -> Result<Option<String>, String> {
+            if a == name {
+                return match it.next() {
+                    Some(v) => Ok(Some(v.clone())),
+                    None => Err(format!("{name} needs {needs}")),
+                };
+            }
+            Ok(a.strip_prefix(name)
+                .and_then(|v| v.strip_prefix('='))
+                .map(str::to_string))
+        };
+        if let Some(v) = value("--layout", "a SPEC")? {
+            layout = parse_layout(&v)?;
+        } else if let Some(v) = value("--width", "a number of bits")? {
+            width = Some(parse_u32(&v, "width")?);
+        } else if let Some(v) = value("--field", "NAME:WIDTH")? {
+            let (name, w) = v
+                .split_once(':')
+                .ok_or_else(|| format!("field {v:?} is not NAME:WIDTH"))?;
+            fields.push((name.to_string(), parse_u32(w, "field width")?));
+        } else if a == "--against" {
+            against = true;
         } else {
             rest.push(a.as_str());
         }
+    }
+    if against {
+        return match rest.as_slice() {
+            ["layout", patterns @ ..] if !patterns.is_empty() => {
+                choose(patterns, width.unwrap_or(8), &fields)
+            }
+            ["layout"] => Err("layout --against needs at least one PATTERN".into()),
+            _ => Err("--against goes with the layout command".into()),
+        };
+    }
+    if width.is_some() || !fields.is_empty() {
+        return Err("--width and --field go with layout --against".into());
     }
     let text = |text: String| {
         Ok(Outcome {
@@ -87,6 +128,7 @@ fn run(args: &[String]) -> Result<Outcome, String> {
         }
         ["layout"] => text(show_layout(&layout)),
         ["well-known"] => text(well_known()),
+        ["foreign"] => text(foreign_table()),
         ["check", patterns @ ..] if !patterns.is_empty() => {
             let mut out = String::new();
             let mut collision = false;
@@ -102,7 +144,7 @@ fn run(args: &[String]) -> Result<Outcome, String> {
         [] => Err("no command".into()),
         [cmd, ..] => Err(match *cmd {
             "decode" | "check" => format!("{cmd} needs at least one argument"),
-            "layout" | "well-known" => format!("{cmd} takes no arguments"),
+            "layout" | "well-known" | "foreign" => format!("{cmd} takes no arguments"),
             _ => format!("unknown command {cmd:?}"),
         }),
     }
@@ -129,41 +171,20 @@ fn parse_u32(s: &str, what: &str) -> Result<u32, String> {
     u32::try_from(v).map_err(|_| format!("{what} {v} is too large"))
 }
 
-/// `default`, or `ns=SHIFT:WIDTH[,NAME=SHIFT:WIDTH...]`.
+/// A layout SPEC, read by the core (the same syntax every entry point takes).
 fn parse_layout(spec: &str) -> Result<TagLayout, String> {
-    if spec == "default" {
-        return Ok(TagLayout::DEFAULT);
-    }
-    let mut parts = spec.split(',');
-    let (shift, width) = match parts.next().and_then(|p| p.strip_prefix("ns=")) {
-        Some(f) => parse_field(f)?,
-        None => return Err(format!("layout {spec:?} must start with ns=SHIFT:WIDTH")),
-    };
-    let mut b = TagLayout::builder(shift, width);
-    for p in parts {
-        let (name, f) = p
-            .split_once('=')
-            .ok_or_else(|| format!("layout field {p:?} is not NAME=SHIFT:WIDTH"))?;
-        let (s, w) = parse_field(f)?;
-        b = b.field(name, s, w);
-    }
-    b.build()
-        .map_err(|e| format!("layout {spec:?} is not valid: {}", e.as_str()))
+    TagLayout::parse_spec(spec).map_err(|e| format!("layout {spec:?}: {e}"))
 }
 
-fn parse_field(f: &str) -> Result<(u32, u32), String> {
-    let (s, w) = f
-        .split_once(':')
-        .ok_or_else(|| format!("field {f:?} is not SHIFT:WIDTH"))?;
-    Ok((parse_u32(s, "shift")?, parse_u32(w, "width")?))
-}
-
-/// `TAG/MASK`, `TAG~IGNORE`, `any` or `top32-zero`.
+/// `TAG/MASK`, `TAG~IGNORE`, a preset of the foreign table, `any` or `top32-zero`.
 fn parse_pattern(p: &str) -> Result<RawMatcher, String> {
     match p {
         "any" => return Ok(RawMatcher::new(0, 0)),
         "top32-zero" => return Ok(RawMatcher::new(0, 0xffff_ffff_0000_0000)),
         _ => {}
+    }
+    if let Some(row) = foreign::preset(p) {
+        return Ok(row.pattern);
     }
     let bad = |e: String| format!("bad pattern {p:?}: {e}");
     if let Some((t, m)) = p.split_once('/') {
@@ -178,7 +199,8 @@ fn parse_pattern(p: &str) -> Result<RawMatcher, String> {
         ))
     } else {
         Err(bad(
-            "expected TAG/MASK, TAG~IGNORE, any or top32-zero".into()
+            "expected TAG/MASK, TAG~IGNORE, a preset (see `tagspace foreign`), any or top32-zero"
+                .into(),
         ))
     }
 }
@@ -238,6 +260,18 @@ fn show_layout(layout: &TagLayout) -> String {
             f.width()
         ));
     }
+    if layout.guard_mask() != 0 {
+        let (m, v) = (layout.guard_mask(), layout.guard_value());
+        for bit in 0..64 {
+            if m >> bit & 1 == 1 {
+                map[63 - bit] = if v >> bit & 1 == 1 { '1' } else { '0' };
+            }
+        }
+        legend.push(format!(
+            "  0/1 guard bits ({}): the values every tagspace tag has there ({v:#x}/{m:#x})",
+            m.count_ones()
+        ));
+    }
     legend.push("  .  payload bits in no named field".into());
     let bits: String = map
         .chunks(8)
@@ -245,9 +279,10 @@ fn show_layout(layout: &TagLayout) -> String {
         .collect::<Vec<_>>()
         .join(" ");
     format!(
-        "bit 63{}0\n    {bits}\n{}\nfingerprint {:#018x}\n",
+        "bit 63{}0\n    {bits}\n{}\nspec {}\nfingerprint {:#018x}\n",
         " ".repeat(68),
         legend.join("\n"),
+        layout.spec(),
         layout.fingerprint()
     )
 }
@@ -270,13 +305,9 @@ fn well_known() -> String {
 /// Which namespace ids pattern `m` can reach, each with a tag that proves it (the overlap
 /// witness). Returns whether it reaches any id tagspace manages (all but 0).
 fn check(out: &mut String, layout: &TagLayout, text: &str, m: RawMatcher) -> bool {
-    let ns = layout.namespace_field();
-    let ids = 1u32 << ns.width();
+    let ids = layout.id_capacity();
     let hits: Vec<(u16, u64)> = (0..ids)
-        .filter_map(|id| {
-            let space = RawMatcher::new((id as u64) << ns.shift(), ns.mask());
-            overlap(m, space).map(|w| (id as u16, w))
-        })
+        .filter_map(|id| overlap(m, layout.space(id as u16)).map(|w| (id as u16, w)))
         .collect();
     let _ = writeln!(
         out,
@@ -300,7 +331,91 @@ fn check(out: &mut String, layout: &TagLayout, text: &str, m: RawMatcher) -> boo
              foreign library should keep the namespace field zero (or register a namespace)"
         );
     } else {
-        let _ = writeln!(out, "  ok: only the unmanaged namespace 0");
+        let why = match layout.reach(m) {
+            Reach::UnmanagedOnly => "only the unmanaged namespace 0".to_string(),
+            why => why.to_string(),
+        };
+        let _ = writeln!(out, "  ok: {why}");
     }
     managed
+}
+
+/// `layout --against`: a layout none of `patterns` can reach, with the proof for each.
+fn choose(patterns: &[&str], width: u32, fields: &[(String, u32)]) -> Result<Outcome, String> {
+    let mut out = String::new();
+    // rows of random full-mask tags need no layout: say so, and leave them out
+    let mut considered = Vec::new();
+    for p in patterns {
+        match foreign::preset(p) {
+            Some(row) if row.kind == foreign::Kind::RandomFullMask => {
+                let _ = writeln!(
+                    out,
+                    "# {p}: full-mask receives of random 64-bit tags: no layout is needed"
+                );
+            }
+            _ => considered.push((*p, parse_pattern(p)?)),
+        }
+    }
+    let fields: Vec<(&str, u32)> = fields.iter().map(|(n, w)| (n.as_str(), *w)).collect();
+    let ms: Vec<RawMatcher> = considered.iter().map(|&(_, m)| m).collect();
+    let fail = |mut out: String, why: String| {
+        out.push_str(&why);
+        out.push('\n');
+        Ok(Outcome {
+            text: out,
+            collision: true,
+        })
+    };
+    let layout = match choose_layout(&ms, width, &fields) {
+        Ok(l) => l,
+        Err(ChooseError::FullWildcard { index }) => {
+            let why = format!(
+                "{} is a full wildcard (mask 0): it takes any tag on the worker it shares, and \
+                 no layout can avoid it. Keep tagspace off that worker, or shut tagspace down \
+                 before it runs.",
+                considered[index].0
+            );
+            return fail(out, why);
+        }
+        Err(ChooseError::NoLayout) => return fail(out, ChooseError::NoLayout.to_string()),
+        Err(e) => return Err(e.to_string()),
+    };
+    let _ = writeln!(out, "{}", layout.spec());
+    out.push_str(&show_layout(&layout));
+    for (p, m) in &considered {
+        let _ = writeln!(
+            out,
+            "{p} ({:#x}/{:#x}): {}",
+            m.tag,
+            m.mask,
+            layout.reach(*m)
+        );
+    }
+    Ok(Outcome {
+        text: out,
+        collision: false,
+    })
+}
+
+/// `tagspace foreign`: the table of foreign patterns.
+fn foreign_table() -> String {
+    let mut out = String::new();
+    for row in FOREIGN {
+        let _ = writeln!(
+            out,
+            "{:<14} {:#x}/{:#x}  removes: {}  avoidable: {}\n{:15}{} {}: {}\n{:15}{}",
+            row.preset,
+            row.pattern.tag,
+            row.pattern.mask,
+            if row.removes { "yes" } else { "no" },
+            row.avoidable_text(),
+            "",
+            row.library,
+            row.versions,
+            row.call,
+            "",
+            row.source,
+        );
+    }
+    out
 }

@@ -92,6 +92,74 @@ fn check_finds_what_foreign_tags_can_hit() {
 }
 
 #[test]
+fn layout_against_keeps_foreign_wildcards_out() {
+    // rapidsmpf's recv_any reaches the default layout...
+    let o = tagspace(&["check", "rapidsmpf"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("can reach 256 of 256"),
+        "{}",
+        stdout(&o)
+    );
+    // ...and a layout chosen against it and BlazingSQL's probe is out of both reaches
+    let o = tagspace(&["layout", "--against", "rapidsmpf", "blazingsql", "ucxx"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("ucxx: full-mask receives of random 64-bit tags"),
+        "{out}"
+    );
+    let spec = out
+        .lines()
+        .find(|l| l.starts_with("ns="))
+        .unwrap()
+        .to_string();
+    assert_eq!(spec, "ns=56:8,guard=0x80000000/0x80000000");
+    assert!(
+        out.contains("rapidsmpf (0x0/0xff800000): out of reach: it needs bit 31 to be 0"),
+        "{out}"
+    );
+    assert!(out.contains("blazingsql (0x0/0xffff000000000000): out of reach: it needs the namespace field to be 0"), "{out}");
+    // `check` confirms it, the namespace field drawn with the guard bit
+    let o = tagspace(&["check", "--layout", &spec, "rapidsmpf", "blazingsql"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    let o = tagspace(&["layout", "--layout", &spec]);
+    assert!(
+        stdout(&o).contains("NNNNNNNN ........ ........ ........ 1......."),
+        "{}",
+        stdout(&o)
+    );
+    // named fields and another width
+    let o = tagspace(&[
+        "layout",
+        "--against",
+        "rapidsmpf",
+        "--width",
+        "10",
+        "--field",
+        "seq:32",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stdout(&o).lines().next().unwrap().contains(":10,seq="),
+        "{}",
+        stdout(&o)
+    );
+    // a full wildcard cannot be avoided: exit 1, saying why
+    let o = tagspace(&["layout", "--against", "rapidsmpf", "ucxx-drain"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stdout(&o).contains("ucxx-drain is a full wildcard"),
+        "{}",
+        stdout(&o)
+    );
+    let o = tagspace(&["foreign"]);
+    for row in tagspace_core::foreign::FOREIGN {
+        assert!(stdout(&o).contains(row.preset), "{}", row.preset);
+    }
+}
+
+#[test]
 fn bad_input_is_named_and_exits_2() {
     for (args, says) in [
         (&["decode", "zz"][..], "bad tag \"zz\""),
@@ -110,6 +178,24 @@ fn bad_input_is_named_and_exits_2() {
         (&["layout", "--layout"][..], "--layout needs a SPEC"),
         (&["layout", "extra"][..], "layout takes no arguments"),
         (&["frobnicate"][..], "unknown command \"frobnicate\""),
+        (&["layout", "--against"][..], "needs at least one PATTERN"),
+        (
+            &["layout", "--against", "nosuchlib"][..],
+            "bad pattern \"nosuchlib\"",
+        ),
+        (
+            &["layout", "--against", "raft", "--field", "x"][..],
+            "not NAME:WIDTH",
+        ),
+        (
+            &["layout", "--against", "raft", "--width", "3"][..],
+            "width 3",
+        ),
+        (&["layout", "--width", "8"][..], "go with layout --against"),
+        (
+            &["layout", "--layout", "ns=56:8,guard=1/0"][..],
+            "guard value 0x0000000000000001 is not inside",
+        ),
         (&[][..], "no command"),
     ] {
         let o = tagspace(args);

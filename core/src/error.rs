@@ -10,6 +10,8 @@ pub enum FieldRef {
     Namespace,
     /// The owner's sub-field at this index (declaration order).
     Field(u8),
+    /// The guard bits.
+    Guard,
 }
 
 impl fmt::Display for FieldRef {
@@ -17,6 +19,7 @@ impl fmt::Display for FieldRef {
         match self {
             FieldRef::Namespace => f.write_str("the namespace field"),
             FieldRef::Field(i) => write!(f, "field #{i}"),
+            FieldRef::Guard => f.write_str("the guard bits"),
         }
     }
 }
@@ -62,6 +65,21 @@ pub enum LayoutError {
         /// The second one.
         which: FieldRef,
     },
+    /// So many guard bits that fewer than `width + 32` payload bits are left (the control
+    /// plane's acknowledgement tags need that many).
+    GuardTooWide {
+        /// Payload bits left.
+        payload_bits: u32,
+        /// Payload bits needed.
+        needed: u32,
+    },
+    /// Guard bits with an empty mask, or a value with bits outside the mask.
+    BadGuard {
+        /// The guard mask given.
+        mask: u64,
+        /// The guard value given.
+        value: u64,
+    },
 }
 
 impl LayoutError {
@@ -75,6 +93,8 @@ impl LayoutError {
             LayoutError::TooManyFields => "too many sub-fields",
             LayoutError::BadFieldName { .. } => "a sub-field name is empty, too long or not ASCII",
             LayoutError::DuplicateFieldName { .. } => "two sub-fields share a name",
+            LayoutError::GuardTooWide { .. } => "too many guard bits: too few payload bits left",
+            LayoutError::BadGuard { .. } => "guard bits with an empty mask or a value outside it",
         }
     }
 }
@@ -112,6 +132,18 @@ impl fmt::Display for LayoutError {
             LayoutError::DuplicateFieldName { which } => {
                 write!(f, "{which} repeats the name of an earlier field")
             }
+            LayoutError::GuardTooWide {
+                payload_bits,
+                needed,
+            } => write!(
+                f,
+                "the guard bits leave {payload_bits} payload bits; a layout needs at least \
+                 {needed} (the namespace width + 32)"
+            ),
+            LayoutError::BadGuard { mask, value } => write!(
+                f,
+                "guard value {value:#018x} is not inside guard mask {mask:#018x} (or the mask is empty)"
+            ),
         }
     }
 }
@@ -128,11 +160,12 @@ pub enum TagError {
         /// The field's width in bits.
         width: u32,
     },
-    /// A payload sets bits inside the namespace field.
+    /// A payload sets bits inside the namespace field (or the layout's guard bits).
     PayloadInNamespaceField {
         /// The payload given.
         payload: u64,
-        /// The namespace field's mask.
+        /// The bits a payload may not set: the namespace field's mask, and the guard bits
+        /// where the layout has them ([`TagLayout::fixed_mask`](crate::TagLayout::fixed_mask)).
         namespace_mask: u64,
     },
     /// The payload equals the namespace's reserved inbox payload; use `inbox()` for that.
@@ -164,7 +197,8 @@ impl fmt::Display for TagError {
                 namespace_mask,
             } => write!(
                 f,
-                "payload {payload:#018x} sets bits of the namespace field ({namespace_mask:#018x})"
+                "payload {payload:#018x} sets bits of the namespace field or guard bits \
+                 ({namespace_mask:#018x})"
             ),
             TagError::ReservedInbox => f.write_str(
                 "the payload with every payload bit set is reserved for the namespace inbox",

@@ -26,9 +26,30 @@
 //! ```
 //!
 //! Sub-fields sit at absolute bit positions. A payload is any value with no bit inside the
-//! namespace field; building a tag is `namespace_bits | payload`, no bit spreading.
+//! namespace field or the guard bits; building a tag is `namespace_bits | guard | payload`, no
+//! bit spreading.
+//!
+//! # Guard bits
+//! A layout may also fix *guard bits*: bits outside the namespace field that every tag tagspace
+//! builds sets to a fixed value (data, inbox and control tags alike). They are taken from the
+//! payload (a payload that sets one is an error, as one inside the namespace field is) and are
+//! part of the fingerprint. Their use is to keep a foreign library's wildcard receives out of
+//! tagspace's tags: a probe that must see a 0 where every tagspace tag has a 1 can never match
+//! one (see [`crate::foreign`], which also chooses such layouts).
+//!
+//! ```
+//! use tagspace_core::{layout::TagLayout, RawMatcher};
+//! // rapidsmpf's recv_any probes reach only tags whose bits 23..31 are zero
+//! let rapidsmpf = RawMatcher::new(0, 0xff80_0000);
+//! assert!(TagLayout::DEFAULT.reach(rapidsmpf).is_reachable());
+//! // bit 31 set in every tagspace tag: out of its reach
+//! const GUARDED: TagLayout = TagLayout::builder(56, 8).guard(1 << 31, 1 << 31).build_or_panic();
+//! assert!(!GUARDED.reach(rapidsmpf).is_reachable());
+//! ```
 
 use crate::error::{FieldRef, LayoutError, TagError};
+use crate::matcher::{overlap, RawMatcher};
+use crate::wellknown::UNMANAGED_ID;
 use core::fmt;
 
 /// Narrowest supported namespace field: 32 ids, of which 0 (unmanaged), 1 (control plane) and
@@ -155,6 +176,8 @@ impl NamedField {
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct TagLayout {
     namespace: Field,
+    guard_mask: u64,
+    guard_value: u64,
     fields: [NamedField; MAX_FIELDS],
     field_count: u8,
     fingerprint: u64,
@@ -189,6 +212,8 @@ impl TagLayout {
         LayoutBuilder {
             layout: TagLayout {
                 namespace,
+                guard_mask: 0,
+                guard_value: 0,
                 fields: [NamedField::EMPTY; MAX_FIELDS],
                 field_count: 0,
                 fingerprint: 0,
@@ -207,9 +232,76 @@ impl TagLayout {
         self.namespace.mask()
     }
 
-    /// Bits available to owners: everything outside the namespace field.
+    /// Bits available to owners: everything outside the namespace field and the guard bits.
     pub const fn payload_mask(&self) -> u64 {
-        !self.namespace.mask()
+        !self.fixed_mask()
+    }
+
+    /// The guard bits: bits outside the namespace field that every tagspace tag fixes (0 when
+    /// the layout has none).
+    pub const fn guard_mask(&self) -> u64 {
+        self.guard_mask
+    }
+
+    /// The values every tagspace tag has under [`TagLayout::guard_mask`].
+    pub const fn guard_value(&self) -> u64 {
+        self.guard_value
+    }
+
+    /// The bits no payload may set: the namespace field and the guard bits.
+    pub const fn fixed_mask(&self) -> u64 {
+        self.namespace.mask() | self.guard_mask
+    }
+
+    /// The fixed bits of every tag of namespace `id`: the id in its field and the guard values.
+    /// A tag of that namespace is `base(id) | payload`.
+    #[inline]
+    pub const fn base(&self, id: u16) -> u64 {
+        ((id as u64) << self.namespace.shift) | self.guard_value
+    }
+
+    /// Every tag tagspace can build in namespace `id` (any payload, the inbox, and for the
+    /// control id the control tags), as one matcher: `base(id)` under [`TagLayout::fixed_mask`].
+    /// This is what a drain of a namespace may remove, and no more.
+    pub const fn space(&self, id: u16) -> RawMatcher {
+        RawMatcher::new(self.base(id), self.fixed_mask())
+    }
+
+    /// Whether a foreign receive or probe that can take any tag `pattern` matches can take a
+    /// tag tagspace builds (in any managed namespace, the control namespace included, with any
+    /// payload or the inbox), and the proof either way (invariant F1). Exact, by the overlap
+    /// rule (T4): the set of tagspace tags is the union of [`TagLayout::space`] over ids
+    /// `1..2^width`, and each of those overlaps `pattern` unless a guard bit or the namespace
+    /// field contradicts it.
+    pub const fn reach(&self, pattern: RawMatcher) -> Reach {
+        // a guard bit the pattern fixes to the other value: no tagspace tag can match
+        let clash = (pattern.tag ^ self.guard_value) & pattern.mask & self.guard_mask;
+        if clash != 0 {
+            let bit = clash.trailing_zeros();
+            return Reach::Guarded {
+                bit,
+                value: self.guard_value >> bit & 1 == 1,
+            };
+        }
+        let ns_mask = self.namespace.mask();
+        let fixed = pattern.mask & ns_mask;
+        let wanted = pattern.tag & fixed;
+        let id_bits = if wanted != 0 {
+            wanted
+        } else if fixed == ns_mask {
+            // the pattern wants namespace field 0: the unmanaged id, never handed out (R6)
+            return Reach::UnmanagedOnly;
+        } else {
+            // lowest namespace bit the pattern leaves free: a non-zero id it reaches
+            let free = ns_mask & !fixed;
+            free & free.wrapping_neg()
+        };
+        let id = (id_bits >> self.namespace.shift) as u16;
+        match overlap(pattern, self.space(id)) {
+            Some(witness) => Reach::Reaches { id, witness },
+            // unreachable: the guard and the namespace field were checked above
+            None => Reach::UnmanagedOnly,
+        }
     }
 
     /// How many namespace ids the layout can express (`2^width`).
@@ -277,6 +369,15 @@ impl TagLayout {
         h = mix(h, self.namespace.shift);
         h = mix(h, self.namespace.width);
         h = mix(h, self.field_count);
+        if self.guard_mask != 0 {
+            // layouts without guard bits keep the fingerprints they always had
+            let mut k = 0;
+            while k < 8 {
+                h = mix(h, (self.guard_mask >> (8 * k)) as u8);
+                h = mix(h, (self.guard_value >> (8 * k)) as u8);
+                k += 1;
+            }
+        }
         let mut f = 0;
         while f < self.field_count as usize {
             let nf = &self.fields[f];
@@ -304,6 +405,10 @@ impl fmt::Debug for TagLayout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("TagLayout");
         d.field("namespace", &self.namespace);
+        if self.guard_mask != 0 {
+            d.field("guard_mask", &format_args!("{:#018x}", self.guard_mask));
+            d.field("guard_value", &format_args!("{:#018x}", self.guard_value));
+        }
         for (name, field) in self.fields() {
             d.field(name, &field);
         }
@@ -353,6 +458,13 @@ impl LayoutBuilder {
             });
             return self;
         }
+        if field.mask() & self.layout.guard_mask != 0 {
+            self.error = Some(LayoutError::Overlap {
+                a: which,
+                b: FieldRef::Guard,
+            });
+            return self;
+        }
         let mut j = 0;
         while j < index {
             let other = &self.layout.fields[j];
@@ -378,10 +490,57 @@ impl LayoutBuilder {
         self
     }
 
+    /// Fixes the bits of `mask` to `value` in every tag tagspace builds (see the module docs on
+    /// guard bits). May be called more than once; the guard bits must not overlap the namespace
+    /// field, a named field or earlier guard bits, and `value` must lie inside `mask`.
+    pub const fn guard(mut self, mask: u64, value: u64) -> LayoutBuilder {
+        if self.error.is_some() {
+            return self;
+        }
+        if mask == 0 || value & !mask != 0 {
+            self.error = Some(LayoutError::BadGuard { mask, value });
+            return self;
+        }
+        let clash = if mask & self.layout.namespace.mask() != 0 {
+            Some(FieldRef::Namespace)
+        } else if mask & self.layout.guard_mask != 0 {
+            Some(FieldRef::Guard)
+        } else {
+            let mut j = 0;
+            let mut found = None;
+            while j < self.layout.field_count as usize {
+                if mask & self.layout.fields[j].field.mask() != 0 {
+                    found = Some(FieldRef::Field(j as u8));
+                    break;
+                }
+                j += 1;
+            }
+            found
+        };
+        if let Some(b) = clash {
+            self.error = Some(LayoutError::Overlap {
+                a: FieldRef::Guard,
+                b,
+            });
+            return self;
+        }
+        self.layout.guard_mask |= mask;
+        self.layout.guard_value |= value;
+        self
+    }
+
     /// The layout, or the first thing wrong with it.
     pub const fn build(self) -> Result<TagLayout, LayoutError> {
+        let l = &self.layout;
+        let payload_bits = l.payload_mask().count_ones();
+        let needed = l.namespace.width as u32 + 32;
         match self.error {
             Some(e) => Err(e),
+            // the control plane's acknowledgement tags carry an id and a 32-bit sequence
+            None if payload_bits < needed => Err(LayoutError::GuardTooWide {
+                payload_bits,
+                needed,
+            }),
             None => {
                 let mut l = self.layout;
                 l.fingerprint = l.compute_fingerprint();
@@ -395,6 +554,185 @@ impl LayoutBuilder {
         match self.build() {
             Ok(l) => l,
             Err(e) => panic!("{}", e.as_str()),
+        }
+    }
+}
+
+/// Why a layout SPEC (`ns=SHIFT:WIDTH[,NAME=SHIFT:WIDTH...][,guard=VALUE/MASK]`) was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpecError<'a> {
+    /// The spec does not start with `ns=SHIFT:WIDTH` (nor is it `default`).
+    NoNamespace,
+    /// A part is not `NAME=SHIFT:WIDTH` nor `guard=VALUE/MASK`.
+    BadPart(&'a str),
+    /// A number does not parse (decimal, `0x` hex or `0b` binary, `_` allowed, 64 bits).
+    BadNumber(&'a str),
+    /// The parts parse but do not make a valid layout.
+    Layout(LayoutError),
+}
+
+impl fmt::Display for SpecError<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SpecError::NoNamespace => {
+                f.write_str("a layout SPEC must start with ns=SHIFT:WIDTH (or be `default`)")
+            }
+            SpecError::BadPart(p) => write!(
+                f,
+                "layout part {p:?} is neither NAME=SHIFT:WIDTH nor guard=VALUE/MASK"
+            ),
+            SpecError::BadNumber(n) => write!(
+                f,
+                "{n:?} is not a number (decimal, 0x hex or 0b binary; 64 bits at most)"
+            ),
+            SpecError::Layout(e) => write!(f, "not a valid layout: {e}"),
+        }
+    }
+}
+
+impl core::error::Error for SpecError<'_> {}
+
+/// A number: decimal, `0x` hex or `0b` binary, `_` separators allowed; no allocation.
+pub fn parse_number(s: &str) -> Option<u64> {
+    let (digits, radix) = if let Some(h) = s.strip_prefix("0x").or(s.strip_prefix("0X")) {
+        (h, 16)
+    } else if let Some(b) = s.strip_prefix("0b").or(s.strip_prefix("0B")) {
+        (b, 2)
+    } else {
+        (s, 10)
+    };
+    let mut value: u64 = 0;
+    let mut any = false;
+    for c in digits.chars() {
+        if c == '_' {
+            continue;
+        }
+        let d = c.to_digit(radix)? as u64;
+        value = value.checked_mul(radix as u64)?.checked_add(d)?;
+        any = true;
+    }
+    any.then_some(value)
+}
+
+impl TagLayout {
+    /// Reads a layout written as `default` or
+    /// `ns=SHIFT:WIDTH[,NAME=SHIFT:WIDTH...][,guard=VALUE/MASK]`: the namespace field, named
+    /// payload fields, and guard bits (every tagspace tag matches `VALUE/MASK`). The same
+    /// syntax as [`TagLayout::spec`] writes, the `tagspace` command reads and prints, and the
+    /// C ABI, the Python package and the Dask plugin take.
+    ///
+    /// ```
+    /// use tagspace_core::TagLayout;
+    /// let l = TagLayout::parse_spec("ns=56:8,guard=0x80000000/0x80000000").unwrap();
+    /// assert_eq!(l.guard_mask(), 1 << 31);
+    /// assert_eq!(l.spec().to_string(), "ns=56:8,guard=0x80000000/0x80000000");
+    /// assert_eq!(TagLayout::parse_spec(&l.spec().to_string()), Ok(l));
+    /// assert!(TagLayout::parse_spec("ns=56:8,guard=1/0").is_err());
+    /// ```
+    pub fn parse_spec(spec: &str) -> Result<TagLayout, SpecError<'_>> {
+        let spec = spec.trim();
+        if spec == "default" {
+            return Ok(TagLayout::DEFAULT);
+        }
+        fn pair<'a>(p: &'a str, body: &'a str, sep: char) -> Result<(u64, u64), SpecError<'a>> {
+            let num = |s: &'a str| parse_number(s.trim()).ok_or(SpecError::BadNumber(s));
+            let (a, b) = body.split_once(sep).ok_or(SpecError::BadPart(p))?;
+            Ok((num(a)?, num(b)?))
+        }
+        fn small(v: u64, p: &str) -> Result<u32, SpecError<'_>> {
+            u32::try_from(v).map_err(|_| SpecError::BadPart(p))
+        }
+        let mut parts = spec.split(',');
+        let first = parts.next().unwrap_or("");
+        let body = first
+            .trim()
+            .strip_prefix("ns=")
+            .ok_or(SpecError::NoNamespace)?;
+        let (s, w) = pair(first, body, ':')?;
+        let mut b = TagLayout::builder(small(s, first)?, small(w, first)?);
+        for p in parts {
+            let (name, body) = p.trim().split_once('=').ok_or(SpecError::BadPart(p))?;
+            if name == "guard" {
+                let (value, mask) = pair(p, body, '/')?;
+                b = b.guard(mask, value);
+            } else {
+                let (s, w) = pair(p, body, ':')?;
+                b = b.field(name, small(s, p)?, small(w, p)?);
+            }
+        }
+        b.build().map_err(SpecError::Layout)
+    }
+
+    /// The layout in the SPEC syntax [`TagLayout::parse_spec`] reads.
+    pub fn spec(&self) -> impl fmt::Display + '_ {
+        LayoutSpec(self)
+    }
+}
+
+struct LayoutSpec<'a>(&'a TagLayout);
+
+impl fmt::Display for LayoutSpec<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let l = self.0;
+        write!(f, "ns={}:{}", l.namespace.shift, l.namespace.width)?;
+        for (name, field) in l.fields() {
+            write!(f, ",{name}={}:{}", field.shift(), field.width())?;
+        }
+        if l.guard_mask != 0 {
+            write!(f, ",guard={:#x}/{:#x}", l.guard_value, l.guard_mask)?;
+        }
+        Ok(())
+    }
+}
+
+/// What [`TagLayout::reach`] found for a foreign pattern.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// The pattern can take a tagspace tag: `witness` is one, in namespace `id` (managed).
+    Reaches {
+        /// A managed namespace id the pattern reaches.
+        id: u16,
+        /// A tag tagspace can build there that the pattern matches.
+        witness: u64,
+    },
+    /// Out of reach: the pattern needs guard bit `bit` to differ from `value`, which every
+    /// tagspace tag has there.
+    Guarded {
+        /// The guard bit.
+        bit: u32,
+        /// Its value in every tagspace tag.
+        value: bool,
+    },
+    /// Out of reach: the pattern fixes the whole namespace field to 0, the unmanaged id that
+    /// tagspace never hands out.
+    UnmanagedOnly,
+}
+
+impl Reach {
+    /// Whether the pattern can take a tagspace tag.
+    pub const fn is_reachable(&self) -> bool {
+        matches!(self, Reach::Reaches { .. })
+    }
+}
+
+impl fmt::Display for Reach {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Reach::Reaches { id, witness } => write!(
+                f,
+                "reaches namespace {id}: it matches the tagspace tag {witness:#018x}"
+            ),
+            Reach::Guarded { bit, value } => write!(
+                f,
+                "out of reach: it needs bit {bit} to be {}, and every tagspace tag has {} there \
+                 (a guard bit)",
+                !value as u8, value as u8
+            ),
+            Reach::UnmanagedOnly => write!(
+                f,
+                "out of reach: it needs the namespace field to be {UNMANAGED_ID}, the unmanaged id \
+                 tagspace never hands out"
+            ),
         }
     }
 }
@@ -423,9 +761,15 @@ impl DecodedTag<'_> {
         self.layout.field(name).map(|f| f.decode(self.tag))
     }
 
+    /// Whether the guard bits hold the layout's guard values (always, for a tag tagspace
+    /// built; a foreign tag may differ).
+    pub fn guard_ok(&self) -> bool {
+        self.tag & self.layout.guard_mask == self.layout.guard_value
+    }
+
     /// Payload bits in no declared sub-field.
     pub fn rest(&self) -> u64 {
-        let mut covered = self.layout.namespace_mask();
+        let mut covered = self.layout.fixed_mask();
         for (_, f) in self.layout.fields() {
             covered |= f.mask();
         }
@@ -436,6 +780,9 @@ impl DecodedTag<'_> {
 impl fmt::Display for DecodedTag<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "ns={}", self.namespace())?;
+        if !self.guard_ok() {
+            f.write_str(" (guard bits differ: not a tagspace tag)")?;
+        }
         if self.layout.field_count == 0 {
             return write!(f, " payload={:#x}", self.payload());
         }

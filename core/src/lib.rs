@@ -8,6 +8,7 @@ extern crate alloc;
 
 pub mod engine;
 pub mod error;
+pub mod foreign;
 pub mod identity;
 pub mod ipc;
 pub mod layout;
@@ -22,7 +23,7 @@ pub mod wire;
 
 pub use error::{FieldRef, LayoutError, NameError, RegistryError, TagError};
 pub use identity::Identity;
-pub use layout::{Field, TagLayout};
+pub use layout::{Field, Reach, TagLayout};
 pub use matcher::{overlap, Matcher, RawMatcher, Tag};
 pub use name::Name;
 pub use namespace::{Namespace, Route};

@@ -58,22 +58,27 @@ pub struct Namespace<'r, const CAP: usize = 256> {
     id: u16,
     generation: u32,
     name: Name,
+    /// `layout.base(id)`: the id in its field and the guard values.
     ns_bits: u64,
+    /// `layout.fixed_mask()`: the namespace field and the guard bits.
     ns_mask: u64,
+    guard: u64,
     ns_shift: u8,
     am_bits: u8,
 }
 
 impl<'r, const CAP: usize> Namespace<'r, CAP> {
     pub(crate) fn new(registry: &'r Registry<CAP>, id: u16, generation: u32, name: Name) -> Self {
-        let field = registry.layout().namespace_field();
+        let layout = registry.layout();
+        let field = layout.namespace_field();
         Namespace {
             registry,
             id,
             generation,
             name,
-            ns_bits: (id as u64) << field.shift(),
-            ns_mask: field.mask(),
+            ns_bits: layout.base(id),
+            ns_mask: layout.fixed_mask(),
+            guard: layout.guard_value(),
             ns_shift: field.shift() as u8,
             am_bits: (16 - field.width()) as u8,
         }
@@ -238,7 +243,7 @@ impl<'r, const CAP: usize> Namespace<'r, CAP> {
                 route: route.local,
             });
         }
-        Ok((route.remote as u64) << self.ns_shift)
+        Ok((route.remote as u64) << self.ns_shift | self.guard)
     }
 
     /// The tag to send `payload` to this namespace on the peer that `route` leads to.

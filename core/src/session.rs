@@ -231,7 +231,9 @@ impl fmt::Display for SessionError {
             SessionError::Wire(e) => write!(f, "malformed control frame from peer: {e}"),
             SessionError::LayoutMismatch { local, peer } => write!(
                 f,
-                "peer uses a different tag layout (fingerprint {peer:#018x}, ours {local:#018x})"
+                "layout differs: the peer's tag layout has fingerprint {peer:#018x}, ours \
+                 {local:#018x} (every peer needs the same layout SPEC; `tagspace layout \
+                 --layout SPEC` prints a SPEC's fingerprint)"
             ),
             SessionError::Unexpected { frame, why } => {
                 write!(f, "unexpected {frame} from peer: {why}")

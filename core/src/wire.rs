@@ -650,12 +650,13 @@ impl Frame<'_> {
 pub fn ack_tag(layout: &crate::TagLayout, id: u16, seq: u32) -> u64 {
     let ns = layout.namespace_field();
     let value = ((seq as u64) << ns.width()) | id as u64;
-    (CONTROL_ID as u64) << ns.shift() | scatter(value, layout.payload_mask())
+    // fits: a layout keeps at least `width + 32` payload bits (TagLayout's build checks it)
+    layout.base(CONTROL_ID) | scatter(value, layout.payload_mask())
 }
 
 /// `(id, seq)` of a tag made by [`ack_tag`]; `None` for any other tag.
 pub fn parse_ack_tag(layout: &crate::TagLayout, tag: u64) -> Option<(u16, u32)> {
-    if layout.namespace_of(tag) != CONTROL_ID {
+    if tag & layout.fixed_mask() != layout.base(CONTROL_ID) {
         return None;
     }
     let width = layout.namespace_field().width();
@@ -703,6 +704,10 @@ mod tests {
             crate::TagLayout::DEFAULT,
             crate::TagLayout::builder(0, 16).build().unwrap(),
             crate::TagLayout::builder(20, 12).build().unwrap(),
+            crate::TagLayout::builder(24, 8)
+                .guard(0xffff << 48, 0x8001 << 48)
+                .build()
+                .unwrap(),
         ];
         for layout in layouts {
             let max_id = (1u32 << layout.namespace_field().width()) - 1;

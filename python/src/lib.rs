@@ -16,6 +16,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tagspace_core::engine::Liveness;
+use tagspace_core::foreign;
+use tagspace_core::{RawMatcher, TagLayout};
 use tagspace_ucx::node::{HostProgress, NodeConfig, NodeError, OpId, PeerEvent, Side};
 use tagspace_ucx::shared::{Library as RsLibrary, SharedNode};
 use tagspace_ucx::ucp::ThreadMode;
@@ -125,7 +127,8 @@ impl Node {
     /// Adopts the MULTI worker `worker` (a `ucp_worker_h` as an int); `keep` is kept alive as
     /// long as the node (the object that owns the worker).
     #[new]
-    #[pyo3(signature = (worker, keep, progress = "host", heartbeat_interval_ms = 1000, heartbeat_timeout_ms = 30000))]
+    #[pyo3(signature = (worker, keep, progress = "host", heartbeat_interval_ms = 1000, heartbeat_timeout_ms = 30000, layout = None, foreign = Vec::new()))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         worker: usize,
@@ -133,8 +136,16 @@ impl Node {
         progress: &str,
         heartbeat_interval_ms: u64,
         heartbeat_timeout_ms: u64,
+        layout: Option<&str>,
+        foreign: Vec<String>,
     ) -> PyResult<Self> {
         let w = handle::<sys::ucp_worker>(worker, "worker")? as usize;
+        let registry = match layout {
+            None => tagspace_core::global(),
+            Some(spec) => tagspace_core::init_global(parse_layout(spec)?)
+                .map_err(|e| PyValueError::new_err(format!("layout {spec:?}: {e}")))?,
+        };
+        check_layout_against(registry.layout(), &foreign)?;
         let progress = match progress {
             "host" => HostProgress::Host,
             "node" => HostProgress::Node,
@@ -154,7 +165,9 @@ impl Node {
                     interval_ms: heartbeat_interval_ms,
                     timeout_ms: heartbeat_timeout_ms,
                 });
-                unsafe { SharedNode::adopt(w as sys::ucp_worker_h, cfg, progress) }
+                unsafe {
+                    SharedNode::adopt_with_registry(w as sys::ucp_worker_h, cfg, progress, registry)
+                }
             })
             .map_err(err)?;
         Ok(Node {
@@ -656,6 +669,61 @@ impl Op {
     }
 }
 
+fn parse_layout(spec: &str) -> PyResult<TagLayout> {
+    TagLayout::parse_spec(spec).map_err(|e| PyValueError::new_err(format!("layout {spec:?}: {e}")))
+}
+
+/// A foreign pattern: a preset of the table (`"rapidsmpf"`) or `"TAG/MASK"`.
+fn parse_pattern(p: &str) -> PyResult<RawMatcher> {
+    if let Some(row) = foreign::preset(p) {
+        return Ok(row.pattern);
+    }
+    let bad = || {
+        PyValueError::new_err(format!(
+            "foreign pattern {p:?} is neither a preset ({}) nor TAG/MASK",
+            foreign::FOREIGN
+                .iter()
+                .map(|r| r.preset)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    };
+    let (t, m) = p.split_once('/').ok_or_else(bad)?;
+    let num = |s: &str| tagspace_core::layout::parse_number(s.trim()).ok_or_else(bad);
+    Ok(RawMatcher::new(num(t)?, num(m)?))
+}
+
+fn check_layout_against(layout: &TagLayout, patterns: &[String]) -> PyResult<()> {
+    let named = patterns
+        .iter()
+        .map(|p| Ok((p.as_str(), parse_pattern(p)?)))
+        .collect::<PyResult<Vec<_>>>()?;
+    foreign::check(layout, &named).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// A layout SPEC under which none of `patterns` (presets such as `"rapidsmpf"`, or
+/// `"TAG/MASK"`) can take a tagspace message, as `tagspace layout --against` prints it.
+#[pyfunction]
+#[pyo3(signature = (*patterns, width = 8))]
+fn layout_against(patterns: Vec<String>, width: u32) -> PyResult<String> {
+    let ms = patterns
+        .iter()
+        .filter(|p| foreign::preset(p).is_none_or(|r| r.kind == foreign::Kind::Wildcard))
+        .map(|p| parse_pattern(p))
+        .collect::<PyResult<Vec<_>>>()?;
+    let layout = foreign::choose_layout(&ms, width, &[])
+        .map_err(|e| PyValueError::new_err(format!("{patterns:?}: {e}")))?;
+    let spec = layout.spec().to_string();
+    Ok(spec)
+}
+
+/// Raises ValueError naming the first of `patterns` that can take a tag of layout `spec`.
+#[pyfunction]
+#[pyo3(signature = (spec, *patterns))]
+fn check_layout(spec: &str, patterns: Vec<String>) -> PyResult<()> {
+    check_layout_against(&parse_layout(spec)?, &patterns)
+}
+
 /// The UCX version loaded in this process (the wheel's, shared with ucxx).
 #[pyfunction]
 fn ucx_version() -> (u32, u32, u32) {
@@ -669,6 +737,8 @@ fn _tagspace(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Library>()?;
     m.add_class::<Op>()?;
     m.add_function(wrap_pyfunction!(ucx_version, m)?)?;
+    m.add_function(wrap_pyfunction!(layout_against, m)?)?;
+    m.add_function(wrap_pyfunction!(check_layout, m)?)?;
     m.add("TagspaceError", py.get_type::<TagspaceError>())?;
     m.add("NotConnectedError", py.get_type::<NotConnectedError>())?;
     m.add("NotAnnouncedError", py.get_type::<NotAnnouncedError>())?;

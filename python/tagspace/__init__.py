@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Optional, Tuple, Union
+from typing import Any, Optional, Sequence, Tuple, Union
 
 import libucx as _libucx
 
@@ -50,6 +50,8 @@ from ._tagspace import (  # noqa: E402
     PeerDownError,
     TagspaceError,
     UcxError,
+    check_layout,
+    layout_against,
     ucx_version,
 )
 
@@ -64,6 +66,8 @@ __all__ = [
     "UcxError",
     "ClosedError",
     "ucx_version",
+    "layout_against",
+    "check_layout",
 ]
 
 Buffer = Union[bytes, bytearray, memoryview]
@@ -106,6 +110,13 @@ class Node:
     (``.handle``), or a raw ``ucp_worker_h`` as an int. ``progress``: ``"host"`` (ucxx
     progresses its worker, in "thread" or "blocking" mode) or ``"node"``. Every call is
     thread-safe. Close it before ``ucxx.reset()``.
+
+    ``layout``: the tag layout SPEC of the process (every peer must use the same one), e.g.
+    ``layout_against("rapidsmpf")`` for a worker that rapidsmpf shares; the first node of a
+    process fixes it, and a later node asking for another raises ValueError. ``foreign``:
+    presets (``"rapidsmpf"``, ``"blazingsql"``, ...) or ``"TAG/MASK"`` patterns of libraries
+    that do not use tagspace on this worker: the node refuses to start, naming the pattern, if
+    one can take a tagspace message under the layout.
     """
 
     def __init__(
@@ -115,14 +126,24 @@ class Node:
         progress: str = "host",
         heartbeat_interval_ms: int = 1000,
         heartbeat_timeout_ms: int = 30000,
+        layout: Optional[str] = None,
+        foreign: Sequence[str] = (),
     ) -> None:
+        if isinstance(foreign, str):
+            foreign = [foreign]
         if worker is None:
             import ucxx
 
             worker = ucxx.core._get_ctx().worker
         handle, keep = _handle(worker, "handle", "worker")
         self._raw = _tagspace.Node(
-            handle, keep, progress, heartbeat_interval_ms, heartbeat_timeout_ms
+            handle,
+            keep,
+            progress,
+            heartbeat_interval_ms,
+            heartbeat_timeout_ms,
+            layout,
+            list(foreign),
         )
         # id(endpoint object) -> the handle it had when attached: a ucxx endpoint whose peer
         # failed reports itself closed, but its handle stays valid (and attached) until it is

@@ -126,3 +126,42 @@ def test_import_order_does_not_matter():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, env=dict(os.environ))
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
+
+
+def test_layout_against_foreign_libraries(node):
+    # rapidsmpf's recv_any reaches the default layout; the chosen one is out of its reach
+    assert tagspace.layout_against("rapidsmpf") == "ns=24:8"
+    both = tagspace.layout_against("rapidsmpf", "blazingsql", "ucxx")
+    assert both == "ns=56:8,guard=0x80000000/0x80000000"
+    tagspace.check_layout(both, "rapidsmpf", "blazingsql", "0x0/0xffffffff00000000")
+    with pytest.raises(ValueError, match="not safe beside rapidsmpf"):
+        tagspace.check_layout("default", "rapidsmpf")
+    with pytest.raises(ValueError, match="full wildcard"):
+        tagspace.layout_against("ucxx-drain")
+    with pytest.raises(ValueError, match="neither a preset"):
+        tagspace.check_layout("default", "nosuchlib")
+    with pytest.raises(ValueError, match="guard value"):
+        tagspace.check_layout("ns=56:8,guard=1/0")
+    # a node checks its layout against the foreign libraries it is told about
+    with pytest.raises(ValueError, match="not safe beside rapidsmpf"):
+        tagspace.Node(foreign=["rapidsmpf"])
+    tagspace.Node(foreign=["raft", "blazingsql"]).close()
+    # the process's layout is fixed by its first node: another one is refused, naming both
+    with pytest.raises(ValueError, match="already in use with another layout"):
+        tagspace.Node(layout="ns=24:8")
+
+
+def test_a_process_with_a_chosen_layout():
+    # A fresh process: its first node fixes the layout; tags then carry the namespace id in
+    # bits 24..31, where rapidsmpf's probes never look for anything but zero.
+    code = (
+        "import ucxx, tagspace; ucxx.init(); "
+        "spec = tagspace.layout_against('rapidsmpf'); "
+        "n = tagspace.Node(layout=spec, foreign=['rapidsmpf']); "
+        "lib = n.register('shuffle'); t, m = lib.matcher(5); "
+        "assert (t >> 24) & 0xff == lib.namespace_id and t & 0xffffff == 5, hex(t); "
+        "n.close(); print('ok', hex(t))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=dict(os.environ))
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]

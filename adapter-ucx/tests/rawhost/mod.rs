@@ -236,6 +236,38 @@ impl RawHost {
         }
     }
 
+    /// A foreign library's probe: `ucp_tag_probe_nb(tag, mask)`. With `remove` (rapidsmpf's
+    /// `recv_any`) the message found is received through its handle; without (BlazingSQL's
+    /// begin-transmission probe) the probe only peeks and the tag it found is then received
+    /// with a full mask. Either way the message is taken: its tag and data.
+    pub fn probe_take(&self, tag: u64, mask: u64, remove: bool) -> Option<(u64, Vec<u8>)> {
+        // SAFETY: plain libucp calls; the buffer outlives the request (waited on here).
+        unsafe {
+            let mut info: sys::ucp_tag_recv_info_t = std::mem::zeroed();
+            let msg = sys::ucp_tag_probe_nb(self.worker, tag, mask, remove as i32, &mut info);
+            if msg.is_null() {
+                return None;
+            }
+            let mut buf = vec![0u8; info.length as usize];
+            let pending = if remove {
+                let param: sys::ucp_request_param_t = std::mem::zeroed();
+                let p = sys::ucp_tag_msg_recv_nbx(
+                    self.worker,
+                    buf.as_mut_ptr() as *mut c_void,
+                    buf.len() as sys::size_t,
+                    msg,
+                    &param,
+                );
+                assert!(!is_err(p), "foreign msg recv failed");
+                Pending(p)
+            } else {
+                self.recv(info.sender_tag, &mut buf)
+            };
+            pending.wait(self, &[]);
+            Some((info.sender_tag, buf))
+        }
+    }
+
     /// Whether an unexpected message with exactly `tag` waits (not taken).
     pub fn has_unexpected(&self, tag: u64) -> bool {
         // SAFETY: probe without remove; info is an out-pointer.
@@ -298,7 +330,12 @@ impl Pending {
 }
 
 pub fn registry() -> &'static Registry<256> {
-    Box::leak(Box::new(Registry::new(TagLayout::DEFAULT)))
+    registry_with(TagLayout::DEFAULT)
+}
+
+/// A registry of `layout`, leaked (it lives as long as the test).
+pub fn registry_with(layout: TagLayout) -> &'static Registry<256> {
+    Box::leak(Box::new(Registry::new(layout)))
 }
 
 pub fn host_cfg() -> NodeConfig {

@@ -334,7 +334,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         live_ms: u64,
         io: X,
     ) -> usize {
-        self.ns_mask = layout.namespace_mask();
+        self.ns_mask = layout.fixed_mask();
         self.conns.push(Connection {
             key,
             session: Box::new(Session::new(role, identity, layout)),
