@@ -2,7 +2,7 @@
 # The Python package (python/: PyO3 + maturin, issue 13) against real ucxx: builds the wheel
 # and installs it with ucxx into a virtualenv (the README's one install step, `pip install
 # ./python`), then runs its pytest suite (ucxx in 2-4 processes, TCP and shm, "thread" and
-# "blocking" progress, a peer SIGKILLed), its doctests, the example as the README shows it, and
+# "blocking" progress, a peer SIGKILLed; a real Dask cluster with rapidsmpf), its doctests, the example as the README shows it, and
 # a smoke run of the benchmark (full: python python/benchmarks/bench_ucxx.py).
 #   scripts/python-check.sh            (TAGSPACE_PY_VENV=DIR to choose the virtualenv)
 set -euo pipefail
@@ -13,7 +13,11 @@ venv=${TAGSPACE_PY_VENV:-target/py-venv}
 # The wheel's own build (maturin, in pip's isolated environment) shares this workspace's
 # target directory, so UCX is not built again when cargo has built it already. A local
 # directory is always rebuilt and reinstalled.
-"$venv/bin/python" -m pip install -q "./python[test]"
+# The Dask suite's cluster: distributed-ucxx (the `dask` extra) and rapidsmpf, pinned to the
+# versions it was written against; TAGSPACE_REQUIRE_DASK=1 makes it fail, not skip, without them.
+"$venv/bin/python" -m pip install -q "./python[test,dask]" distributed-ucxx-cu12==0.52.0 \
+    rapidsmpf-cu12==26.10.0
+export TAGSPACE_REQUIRE_DASK=1
 "$venv/bin/python" -c 'import tagspace, ucxx; print("tagspace on UCX", tagspace.ucx_version(), "with ucxx", ucxx.__version__)'
 export UCX_LOG_LEVEL=error UCX_WARN_UNUSED_ENV_VARS=n
 # From the repository root: no `tagspace/` directory here, so the installed package is tested.
