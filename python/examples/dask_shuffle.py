@@ -29,7 +29,13 @@ import pandas as pd
 import tagspace
 import tagspace.dask as tsd
 
-SIZE, DATA = 0, 1  # "shuffle" payloads per round: a piece's length, then the piece
+SIZE, DATA = 0, 1  # per round and sender: a piece's length, then the piece
+
+
+def shuffle_payload(rnd: int, sender: int, n: int, kind: int) -> int:
+    """A receive takes its payload from any worker (its worker argument only ties its failure
+    to that worker), so the payload names the sender."""
+    return (rnd * n + sender) * 2 + kind
 
 
 def dest_of(keys: np.ndarray, n: int) -> np.ndarray:
@@ -44,19 +50,21 @@ def shuffle_part(part: pd.DataFrame, ws: list, key: str, rnd: int = 0) -> pd.Dat
 
     lib = tsd.register("shuffle")
     me = get_worker().address
-    dest = dest_of(part[key].to_numpy(), len(ws))
+    n, rank = len(ws), ws.index(me)
+    dest = dest_of(part[key].to_numpy(), n)
     sends = []
     for i, w in enumerate(ws):
         if w != me:
             blob = pickle.dumps(part[dest == i], protocol=5)
-            sends.append(lib.send_nb(w, 2 * rnd + SIZE, len(blob).to_bytes(8, "little")))
-            sends.append(lib.send_nb(w, 2 * rnd + DATA, blob))
-    got = [part[dest == ws.index(me)]]
-    for w in ws:
+            sends.append(lib.send_nb(w, shuffle_payload(rnd, rank, n, SIZE),
+                                     len(blob).to_bytes(8, "little")))
+            sends.append(lib.send_nb(w, shuffle_payload(rnd, rank, n, DATA), blob))
+    got = [part[dest == rank]]
+    for i, w in enumerate(ws):
         if w != me:
-            size = int.from_bytes(lib.recv(2 * rnd + SIZE, 8, w), "little")
+            size = int.from_bytes(lib.recv(shuffle_payload(rnd, i, n, SIZE), 8, w), "little")
             # Dask's workers trust each other's pickles already; so does this example.
-            got.append(pickle.loads(lib.recv(2 * rnd + DATA, size, w)))
+            got.append(pickle.loads(lib.recv(shuffle_payload(rnd, i, n, DATA), size, w)))
     for op in sends:
         lib.wait(op)
     return pd.concat(got, ignore_index=True)
@@ -69,10 +77,12 @@ def allreduce_sum(part: pd.DataFrame, ws: list, column: str, rnd: int = 0) -> in
 
     lib = tsd.register("allreduce")
     me = get_worker().address
+    n, rank = len(ws), ws.index(me)
     mine = int(part[column].sum())
-    sends = [lib.send_nb(w, rnd, mine.to_bytes(8, "little", signed=True)) for w in ws if w != me]
-    total = mine + sum(int.from_bytes(lib.recv(rnd, 8, w), "little", signed=True)
-                       for w in ws if w != me)
+    sends = [lib.send_nb(w, rnd * n + rank, mine.to_bytes(8, "little", signed=True))
+             for w in ws if w != me]
+    total = mine + sum(int.from_bytes(lib.recv(rnd * n + i, 8, w), "little", signed=True)
+                       for i, w in enumerate(ws) if w != me)
     for op in sends:
         lib.wait(op)
     return total

@@ -12,7 +12,8 @@ first time a library there is used. Inside a task, peers are Dask worker address
 
     lib = tagspace.dask.register("shuffle")
     lib.send(other_worker_address, payload, data)    # blocking form, in a task thread
-    data = lib.recv(payload, max_len, other_worker_address)
+    data = lib.recv(payload, max_len, other_worker_address)  # payload from any worker:
+    # put the sender in it; the address makes the receive fail if that worker goes down
 
 and on the event loop (``client.run`` of a coroutine, async tasks) the awaitable forms
 ``asend``/``arecv``/``aendpoint``. A worker that leaves (closed, killed, lost) is
