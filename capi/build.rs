@@ -3,6 +3,6 @@
 // changes together with this number.
 fn main() {
     if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
-        println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libtagspace.so.1");
+        println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libtagspace.so.2");
     }
 }

@@ -11,11 +11,11 @@ work=$(mktemp -d /tmp/tagspace-capi.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 scripts/install-capi.sh "$work/prefix"
 export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-lib="$work/prefix/lib/libtagspace.so.1"
+lib="$work/prefix/lib/libtagspace.so.2"
 
 echo "--- the shared library"
 dyn=$(readelf -d "$lib")
-grep -q 'SONAME.*libtagspace.so.1' <<<"$dyn" || { echo "no soname libtagspace.so.1"; exit 1; }
+grep -q 'SONAME.*libtagspace.so.2' <<<"$dyn" || { echo "no soname libtagspace.so.2"; exit 1; }
 if grep -Eq 'RPATH|RUNPATH' <<<"$dyn"; then echo "libtagspace carries an rpath"; exit 1; fi
 grep -q 'NEEDED.*\[libucp.so.0\]' <<<"$dyn" || { echo "libtagspace does not need libucp.so.0"; exit 1; }
 if grep 'NEEDED.*libuc' <<<"$dyn" | grep -qv 'libucp.so.0'; then
@@ -28,7 +28,7 @@ declared=$(grep -oE '\btagspace_[a-z_]+\(' capi/include/tagspace.h | tr -d '(' |
 exported=$(nm -D --defined-only "$lib" | awk '{print $3}' | grep '^tagspace_' | sort -u)
 missing=$(comm -23 <(echo "$declared") <(echo "$exported"))
 [ -z "$missing" ] || { echo "declared in tagspace.h but not exported: $missing"; exit 1; }
-echo "soname libtagspace.so.1, no rpath, UCX only as NEEDED libucp.so.0; $(wc -l <<<"$declared") functions exported"
+echo "soname libtagspace.so.2, no rpath, UCX only as NEEDED libucp.so.0; $(wc -l <<<"$declared") functions exported"
 
 echo "--- the headers compile on their own (C99 and C11 pedantic, C++17)"
 for std in c99 c11; do

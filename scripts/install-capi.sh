@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the C ABI (capi/) and installs it under PREFIX: lib/libtagspace.so.1 (+ the
+# Builds the C ABI (capi/) and installs it under PREFIX: lib/libtagspace.so.2 (+ the
 # libtagspace.so link for the linker), lib/libtagspace.a, include/tagspace.h and tagspace.hpp,
 # and lib/pkgconfig/tagspace.pc. The library needs libucp.so.0 (no rpath, nothing of UCX
 # bundled): it uses whichever libucp the host loads.
@@ -14,8 +14,8 @@ version=$(sed -n 's/^version = "\(.*\)"/\1/p' capi/Cargo.toml | head -n 1)
 # What a static link needs besides libtagspace.a (rustc's --print native-static-libs on Linux).
 static_libs="-lgcc_s -lutil -lrt -lpthread -lm -ldl -lc"
 install -d "$prefix/lib/pkgconfig" "$prefix/include"
-install -m 0755 "$target/libtagspace.so" "$prefix/lib/libtagspace.so.1"
-ln -sf libtagspace.so.1 "$prefix/lib/libtagspace.so"
+install -m 0755 "$target/libtagspace.so" "$prefix/lib/libtagspace.so.2"
+ln -sf libtagspace.so.2 "$prefix/lib/libtagspace.so"
 install -m 0644 "$target/libtagspace.a" "$prefix/lib/libtagspace.a"
 install -m 0644 capi/include/tagspace.h capi/include/tagspace.hpp "$prefix/include/"
 cat > "$prefix/lib/pkgconfig/tagspace.pc" <<PC

@@ -49,8 +49,16 @@ type Engine = engine::Engine<'static, EpId, Io, Op, FabricError, CAP>;
 /// A running operation (the engine's table keeps the finished ones' results).
 enum Op {
     WaitingRoute(Waiting),
-    Sending { lib: LibId, send: SendId },
-    Receiving { lib: LibId, recv: RecvId },
+    Sending {
+        lib: LibId,
+        send: SendId,
+    },
+    Receiving {
+        lib: LibId,
+        recv: RecvId,
+        /// A receive from any peer: its payload, to post again after a stranger's message.
+        any: Option<u64>,
+    },
 }
 
 /// What an operation became after a step.
@@ -66,6 +74,7 @@ pub struct Node {
     /// The core engine: every protocol decision is its (this node moves bytes).
     engine: Engine,
     stray: u64,
+    forged: u64,
     buf: Vec<u8>,
     /// The fabric's time at the last `progress` (new connections start their deadlines there).
     last_now_ms: u64,
@@ -121,6 +130,7 @@ impl Node {
                 PeerLimits::default(),
             ),
             stray: 0,
+            forged: 0,
             buf: vec![0; MAX_FRAME_LEN],
             last_now_ms: fab.now_ms(),
             deadline_closes: 0,
@@ -220,9 +230,16 @@ impl Node {
         &self.engine.libs
     }
 
-    /// Messages for unregistered ids drained so far (D2).
+    /// Messages for unregistered ids drained so far (D2), and messages with a pair value no
+    /// proven peer was given ([`forged`](Self::forged)).
     pub fn stray(&self) -> u64 {
         self.stray
+    }
+
+    /// Messages in registered namespaces with a pair value this node gave no proven peer,
+    /// taken by the drain or by a receive from any peer (also in [`stray`](Self::stray)).
+    pub fn forged(&self) -> u64 {
+        self.forged
     }
 
     /// Control-plane errors from peers (each closed that peer's connection only).
@@ -381,10 +398,27 @@ impl Node {
         id
     }
 
-    /// Posts an exact receive for `payload` in `lib`'s namespace (full mask, D1).
+    /// Posts a receive for `payload` in `lib`'s namespace from any proven peer: the pair field
+    /// free, and a message whose pair value no proven peer was given dropped (counted in
+    /// [`forged`](Self::forged)) while the receive waits on — as the UCX node's `recv`.
     pub fn recv(&mut self, fab: &mut Fabric, lib: LibId, payload: u64) -> OpId {
-        let op = match self.post_recv(fab, lib, payload) {
-            Ok(recv) => Next::Wait(Op::Receiving { lib, recv }),
+        self.post(fab, lib, None, payload)
+    }
+
+    /// Posts an exact receive (full mask, D1) for `payload` in `lib`'s namespace from `peer`
+    /// only: the tag carries the pair value this node gives `peer` — as the UCX node's
+    /// `recv_from`.
+    pub fn recv_from(&mut self, fab: &mut Fabric, lib: LibId, peer: u64, payload: u64) -> OpId {
+        self.post(fab, lib, Some(peer), payload)
+    }
+
+    fn post(&mut self, fab: &mut Fabric, lib: LibId, from: Option<u64>, payload: u64) -> OpId {
+        let op = match self.post_recv(fab, lib, from, payload) {
+            Ok(recv) => Next::Wait(Op::Receiving {
+                lib,
+                recv,
+                any: from.is_none().then_some(payload),
+            }),
             Err(e) => Next::Done(Err(e)),
         };
         let id = self.engine.ops.start(op);
@@ -396,24 +430,47 @@ impl Node {
         &mut self,
         fab: &mut Fabric,
         lib: LibId,
+        from: Option<u64>,
         payload: u64,
     ) -> Result<RecvId, NodeError> {
-        let m = self.engine.libs.ns(lib)?.matcher_exact(payload)?;
+        let layout = self.registry.layout();
+        let ns = self.engine.libs.ns(lib)?;
+        let m = match from {
+            Some(peer) => ns.matcher_from(self.engine.conns.rx_pair(peer, layout), payload)?,
+            None => ns.matcher_any_peer(payload)?,
+        };
         Ok(fab.tag_recv(self.worker, m.tag(), m.mask())?)
     }
 
-    /// Takes an inbox message for `lib` if one waits (exact probe with remove, then receive).
+    /// Whether `tag` (taken by a receive from any peer) carries a pair value no proven peer was
+    /// given; counts it.
+    fn forged_tag(&mut self, tag: u64) -> bool {
+        let layout = self.registry.layout();
+        let forged =
+            layout.pair_bits() != 0 && self.engine.conns.pair_sender(layout.pair_of(tag)).is_none();
+        self.stray += u64::from(forged);
+        self.forged += u64::from(forged);
+        forged
+    }
+
+    /// Takes an inbox message for `lib` from any proven peer if one waits (probe with remove,
+    /// then receive); inbox messages with a stranger's pair value are dropped on the way.
     pub fn probe_inbox(
         &mut self,
         fab: &mut Fabric,
         lib: LibId,
     ) -> Result<Option<Vec<u8>>, NodeError> {
-        let m = self.engine.libs.ns(lib)?.inbox_matcher();
-        let got = fab.tag_probe(self.worker, m.tag(), m.mask(), true)?;
-        if got.is_some() {
+        let m = self.engine.libs.ns(lib)?.inbox_matcher_any_peer();
+        loop {
+            let Some(got) = fab.tag_probe(self.worker, m.tag(), m.mask(), true)? else {
+                return Ok(None);
+            };
+            if self.forged_tag(got.tag) {
+                continue;
+            }
             self.engine.libs.count(lib, true, false);
+            return Ok(Some(got.data));
         }
-        Ok(got.map(|r| r.data))
     }
 
     /// Listens on `lib`'s local AM id `local`.
@@ -460,8 +517,15 @@ impl Node {
                 None => Next::Wait(Op::Sending { lib, send }),
                 Some(r) => self.finish(lib, r.map(|_| None).map_err(NodeError::from), true),
             },
-            Op::Receiving { lib, recv } => match fab.recv_take(self.worker, recv) {
-                None => Next::Wait(Op::Receiving { lib, recv }),
+            Op::Receiving { lib, recv, any } => match fab.recv_take(self.worker, recv) {
+                None => Next::Wait(Op::Receiving { lib, recv, any }),
+                Some(Ok(m)) if any.is_some() && self.forged_tag(m.tag) => {
+                    let payload = any.unwrap_or_default();
+                    match self.post_recv(fab, lib, None, payload) {
+                        Ok(recv) => Next::Wait(Op::Receiving { lib, recv, any }),
+                        Err(e) => self.finish(lib, Err(e), false),
+                    }
+                }
                 Some(r) => {
                     self.finish(lib, r.map(|m| Some(m.data)).map_err(NodeError::from), false)
                 }
@@ -698,6 +762,7 @@ impl Node {
         let mut queue = FabricQueue::new(fab, self.worker, self.registry.layout());
         let (taken, _, _) = self.engine.sweep_pass(self.registry, &mut queue, || false);
         self.stray += taken;
+        self.forged += queue.forged;
     }
 
     /// Closes every connection (orderly CLOSE).
@@ -730,6 +795,8 @@ struct FabricQueue<'f> {
     layout: TagLayout,
     /// The tag of the oldest unexpected message, as last looked at.
     oldest: Option<u64>,
+    /// Messages taken for their pair value.
+    forged: u64,
 }
 
 impl<'f> FabricQueue<'f> {
@@ -739,6 +806,7 @@ impl<'f> FabricQueue<'f> {
             worker,
             layout: *layout,
             oldest: None,
+            forged: 0,
         }
     }
 
@@ -762,17 +830,27 @@ impl StrayQueue for FabricQueue<'_> {
 }
 
 impl engine::QueueHead for FabricQueue<'_> {
-    fn oldest_id(&mut self) -> Option<u16> {
+    fn oldest_tag(&mut self) -> Option<u64> {
         let head = self.fab.tag_probe(self.worker, 0, 0, false).ok().flatten();
         self.oldest = head.map(|m| m.tag);
-        Some(self.layout.namespace_of(self.oldest?))
+        self.oldest
     }
-    fn take_oldest(&mut self, _id: u16) -> bool {
-        self.oldest.take().is_some_and(|tag| {
+    fn take_matching(&mut self, tag: u64, mask: u64, _id: u16) -> bool {
+        let taken = matches!(
+            self.fab.tag_probe(self.worker, tag, mask, true),
+            Ok(Some(_))
+        );
+        self.forged += u64::from(taken);
+        taken
+    }
+    fn take_oldest(&mut self, _id: u16, forged: bool) -> bool {
+        let taken = self.oldest.take().is_some_and(|tag| {
             matches!(
                 self.fab.tag_probe(self.worker, tag, u64::MAX, true),
                 Ok(Some(_))
             )
-        })
+        });
+        self.forged += u64::from(taken && forged);
+        taken
     }
 }

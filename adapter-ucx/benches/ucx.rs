@@ -77,7 +77,7 @@ struct Side {
 }
 
 /// The streaming acknowledgement's payload (not the inbox payload, which is reserved).
-const ACK: u64 = 1 << 40;
+const ACK: u64 = 1 << 30;
 const RAW_TAG: u64 = 0x00ff_0000_0000_0001; // namespace field 0 (outside tagspace)
 
 impl Side {
@@ -127,7 +127,7 @@ impl Side {
                 }
                 let n = self
                     .node
-                    .recv_into(self.lib, payload, &mut buf, None)
+                    .recv_into_from(self.lib, self.peer, payload, &mut buf, None)
                     .expect("receive completes");
                 assert_eq!(n, size);
                 buf
@@ -135,9 +135,7 @@ impl Side {
             Mode::Tagspace => {
                 let m = self
                     .node
-                    .namespace(self.lib)
-                    .unwrap()
-                    .matcher_exact(payload)
+                    .matcher_from(self.lib, self.peer, payload)
                     .unwrap();
                 match self
                     .worker()

@@ -107,6 +107,9 @@ pub const UNATTACHED_FRAMES_MAX: usize = 256;
 pub use tagspace_core::engine::{
     Liveness, ACK_TIMEOUT_MS, CLOSED_PIN_LINGER_MS, HANDSHAKE_TIMEOUT_MS, LIVENESS_TICK_MAX_MS,
 };
+/// The most inbox messages with a stranger's pair value one [`Node::probe_inbox`] call drops
+/// before it answers `None` (the next call goes on; the stray drain takes them too).
+pub const FORGED_PER_PROBE: u32 = 64;
 /// Withdrawal acknowledgement tags taken per `progress` call at most (R7).
 pub const ACKS_PER_CALL: u32 = 64;
 /// Protocol errors kept for [`Node::protocol_errors`] (older ones are only counted).
@@ -163,8 +166,13 @@ pub struct NodeStats {
     pub control_sent: u64,
     /// Control frames received.
     pub control_received: u64,
-    /// Tag messages and AMs for ids nobody here registered, drained (D2).
+    /// Tag messages and AMs for ids nobody here registered, drained (D2), and tag messages
+    /// in registered namespaces whose pair value no proven peer was given (`forged`).
     pub stray: u64,
+    /// Of `stray`: tag messages in a registered namespace carrying a pair value this node gave
+    /// no proven peer — made up by a process that never proved its identity here — taken by
+    /// the drain or by a receive from any peer (which then waits on for a real one).
+    pub forged: u64,
     /// AMs UCX delivered by rendezvous (tagspace sends eagerly), dropped.
     pub am_dropped: u64,
     /// AMs on ids nobody here listens on (also counted in `stray`), dropped.
@@ -267,6 +275,9 @@ enum Op {
         /// The peer the library said the message comes from ([`Node::recv_from`]): the
         /// receive fails when that peer goes down.
         from: Option<u64>,
+        /// A receive from any peer ([`Node::recv`]): its payload and length limit, to post it
+        /// again when what it took carries a pair value no proven peer was given.
+        any: Option<(u64, usize)>,
     },
 }
 
@@ -1030,8 +1041,9 @@ impl Node {
         r
     }
 
-    /// Receives the message for `payload` in `lib`'s namespace (exact, full mask, D1) into the
-    /// caller's `buf`, progressing the worker until it has arrived; returns its length. The
+    /// Receives the message for `payload` in `lib`'s namespace from any proven peer (as
+    /// [`recv`](Self::recv): the pair field free, a stranger's message dropped and waited past)
+    /// into the caller's `buf`, progressing the worker until it has arrived; returns its length. The
     /// buffer is borrowed for this call only: nothing is allocated, and a message already
     /// waiting is taken without a UCX request (see [`Worker::tag_recv_into`]).
     ///
@@ -1047,15 +1059,41 @@ impl Node {
         buf: &mut [u8],
         timeout: Option<std::time::Duration>,
     ) -> Result<usize, NodeError> {
-        let r = self
-            .engine
-            .libs
-            .ns(lib)
-            .and_then(|ns| Ok(ns.matcher_exact(payload)?))
-            .and_then(|m| {
-                let info = self.worker.tag_recv_into(m.tag(), m.mask(), buf, timeout)?;
-                Ok(info.len)
-            });
+        self.recv_into_inner(lib, None, payload, buf, timeout)
+    }
+
+    /// [`recv_into`](Self::recv_into) for `peer`'s message only: exact (full mask, D1: a
+    /// message already waiting is taken by a hashed lookup, without a UCX request), and no
+    /// other process's message matches (see [`recv_from`](Self::recv_from)). Unlike
+    /// `recv_from` it does not end when `peer` goes down: give it a `timeout`.
+    pub fn recv_into_from(
+        &mut self,
+        lib: LibId,
+        peer: u64,
+        payload: u64,
+        buf: &mut [u8],
+        timeout: Option<std::time::Duration>,
+    ) -> Result<usize, NodeError> {
+        self.recv_into_inner(lib, Some(peer), payload, buf, timeout)
+    }
+
+    fn recv_into_inner(
+        &mut self,
+        lib: LibId,
+        from: Option<u64>,
+        payload: u64,
+        buf: &mut [u8],
+        timeout: Option<std::time::Duration>,
+    ) -> Result<usize, NodeError> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let r = self.recv_matcher(lib, from, payload).and_then(|m| loop {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let info = self.worker.tag_recv_into(m.tag(), m.mask(), buf, left)?;
+            // a stranger's message (a pair value no proven peer was given): wait on
+            if from.is_some() || !self.forged(info.tag) {
+                return Ok(info.len);
+            }
+        });
         self.count(lib, r.is_ok(), false);
         r
     }
@@ -1064,12 +1102,20 @@ impl Node {
         self.engine.libs.count(lib, ok, sent);
     }
 
-    /// Posts an exact receive for `payload` in `lib`'s namespace (full mask, D1) for a message
+    /// Posts a receive for `payload` in `lib`'s namespace from any proven peer, for a message
     /// of at most `max_len` bytes (a longer one fails with `UCS_ERR_MESSAGE_TRUNCATED`).
+    ///
+    /// Every bit of the tag is matched but the pair field (where the layout has one): a
+    /// partial mask, as MPI's any-source receives, which takes UCX off its hashed fast path
+    /// while posted. What it takes is checked: a message whose pair value no proven peer was
+    /// given (made up by a process that never proved its identity here) is dropped, counted
+    /// ([`NodeStats::forged`]), and the receive waits on. A proven peer may still send any
+    /// payload of this namespace here, as with any receive from any source.
     ///
     /// The receive is not tied to a peer: if the sender dies it may never finish (UCX cannot
     /// cancel a receive already matched to a dead peer's rendezvous). Use
-    /// [`recv_from`](Self::recv_from) when the sender is known.
+    /// [`recv_from`](Self::recv_from) when the sender is known: exact (full mask, D1), and only
+    /// that peer's messages match.
     pub fn recv(&mut self, lib: LibId, payload: u64, max_len: usize) -> OpId {
         self.post(lib, None, payload, max_len)
     }
@@ -1083,10 +1129,12 @@ impl Node {
     ///   one already matched still completes with its data, one not yet matched finishes with
     ///   `PeerDown { cause: None }`.
     ///
-    /// A receive posted for a peer that has already failed fails at once. tagspace does not
-    /// filter by sender: the tag decides which message matches (as in UCX), `peer` only says
-    /// whose failure ends the wait. Receives of other peers are never touched, and
-    /// [`cancel`](Self::cancel) keeps UCX's meaning for every receive.
+    /// A receive posted for a peer that has already failed fails at once. Only `peer`'s
+    /// messages match it: the tag it waits for carries, in the layout's pair field, the value
+    /// this node gives `peer` alone once it has proven its identity (a full mask, D1) — another
+    /// peer, or a stranger who copies the namespace and payload, makes another tag (a stranger
+    /// guesses the value with probability `2^-pair_bits` per message). Receives of other peers
+    /// are never touched, and [`cancel`](Self::cancel) keeps UCX's meaning for every receive.
     pub fn recv_from(&mut self, lib: LibId, peer: u64, payload: u64, max_len: usize) -> OpId {
         if let Some(cause @ Some(_)) = self.engine.conns.failed_peer(peer) {
             let r = self.finish(lib, Err(NodeError::PeerDown { peer, cause }), false);
@@ -1096,37 +1144,96 @@ impl Node {
     }
 
     fn post(&mut self, lib: LibId, from: Option<u64>, payload: u64, max_len: usize) -> OpId {
-        let op = match self.post_recv(lib, payload, max_len) {
-            Ok(req) => Next::Wait(Op::Receiving { lib, req, from }),
+        let op = match self.post_recv(lib, from, payload, max_len) {
+            Ok(req) => Next::Wait(Op::Receiving {
+                lib,
+                req,
+                from,
+                any: from.is_none().then_some((payload, max_len)),
+            }),
             Err(e) => self.finish(lib, Err(e), false),
         };
         self.engine.ops.start(op)
     }
 
+    /// The matcher for `payload` in `lib`'s namespace: from `peer` (exact, its pair value) or
+    /// from any peer (the pair field free).
+    fn recv_matcher(
+        &mut self,
+        lib: LibId,
+        from: Option<u64>,
+        payload: u64,
+    ) -> Result<tagspace_core::Matcher, NodeError> {
+        let layout = self.registry.layout();
+        let ns = self.engine.libs.ns(lib)?;
+        Ok(match from {
+            Some(peer) => ns.matcher_from(self.engine.conns.rx_pair(peer, layout), payload)?,
+            None => ns.matcher_any_peer(payload)?,
+        })
+    }
+
     fn post_recv(
         &mut self,
         lib: LibId,
+        from: Option<u64>,
         payload: u64,
         max_len: usize,
     ) -> Result<Request, NodeError> {
-        let m = self.engine.libs.ns(lib)?.matcher_exact(payload)?;
+        let m = self.recv_matcher(lib, from, payload)?;
         Ok(self
             .worker
             .tag_recv(m.tag(), m.mask(), Vec::with_capacity(max_len))?)
     }
 
+    /// Whether a tag a receive from any peer took carries a pair value this node gave no
+    /// proven peer (never, where the layout has no pair field): counted as a stray of its
+    /// namespace.
+    fn forged(&mut self, tag: u64) -> bool {
+        let layout = self.registry.layout();
+        if layout.pair_bits() == 0 || self.sender_of(tag).is_some() {
+            return false;
+        }
+        self.stats.stray += 1;
+        self.stats.forged += 1;
+        if let Some(c) = self.stray_by_id.get_mut(layout.namespace_of(tag) as usize) {
+            *c += 1;
+        }
+        true
+    }
+
     /// Takes the next inbox message for `lib` if one waits (exact probe with remove, then a
     /// receive of at most `max_len` bytes): `Some(op)` completes with the data.
+    ///
+    /// It takes only what a proven peer sent: an inbox message with a pair value no proven
+    /// peer was given (a stranger's) is taken out and dropped as a stray, at most
+    /// [`FORGED_PER_PROBE`] of them per call.
     pub fn probe_inbox(&mut self, lib: LibId, max_len: usize) -> Result<Option<OpId>, NodeError> {
-        let m = self.engine.libs.ns(lib)?.inbox_matcher();
-        match self.worker.tag_probe_take(m.tag(), m.mask(), max_len)? {
-            None => Ok(None),
-            Some((_, req)) => Ok(Some(self.engine.ops.start(Next::Wait(Op::Receiving {
-                lib,
-                req,
-                from: None,
-            })))),
+        let m = self.engine.libs.ns(lib)?.inbox_matcher_any_peer();
+        for _ in 0..FORGED_PER_PROBE {
+            // Look first: a stranger's message is taken by its exact tag and never buffered
+            // beyond STRAY_MAX_LEN, a proven peer's with the library's limit.
+            let Some(info) = self.worker.tag_probe(m.tag(), m.mask()) else {
+                return Ok(None);
+            };
+            if self.forged(info.tag) {
+                if let Some((_, req)) =
+                    (self.worker).tag_probe_take(info.tag, u64::MAX, STRAY_MAX_LEN)?
+                {
+                    self.background.push(req);
+                }
+                continue;
+            }
+            return match self.worker.tag_probe_take(info.tag, u64::MAX, max_len)? {
+                None => Ok(None),
+                Some((_, req)) => Ok(Some(self.engine.ops.start(Next::Wait(Op::Receiving {
+                    lib,
+                    req,
+                    from: None,
+                    any: None,
+                })))),
+            };
         }
+        Ok(None)
     }
 
     /// The oldest message waiting for `lib` in UCX's unexpected queue — sent to its namespace
@@ -1144,6 +1251,79 @@ impl Node {
             .ok_or(NodeError::NoSuchLibrary)?
             .matcher_any();
         Ok(self.worker.tag_probe(m.tag(), m.mask()))
+    }
+
+    /// The exact matcher (full mask, D1) for `payload` in `lib`'s namespace from `peer`: what
+    /// `peer`'s [`route_tag`](Self::route_tag) for this library and payload sends to, for a
+    /// runtime that receives with its own calls. Only `peer`'s messages match it (see
+    /// [`recv_from`](Self::recv_from)).
+    pub fn matcher_from(
+        &mut self,
+        lib: LibId,
+        peer: u64,
+        payload: u64,
+    ) -> Result<tagspace_core::Matcher, NodeError> {
+        self.recv_matcher(lib, Some(peer), payload)
+    }
+
+    /// [`matcher_from`](Self::matcher_from) without making anything: `None` while this node
+    /// has made no pair value for `peer` yet (before it connected, and before any receive tied
+    /// to it) — then ask `matcher_from`, which makes it.
+    pub fn matcher_known(
+        &self,
+        lib: LibId,
+        peer: u64,
+        payload: u64,
+    ) -> Result<Option<tagspace_core::Matcher>, NodeError> {
+        let ns = self.engine.libs.ns(lib)?;
+        let pair = match self.registry.layout().pair_bits() {
+            0 => Some(0),
+            _ => self.engine.conns.rx_pair_of(peer),
+        };
+        Ok(match pair {
+            Some(pair) => Some(ns.matcher_from(pair, payload)?),
+            None => None,
+        })
+    }
+
+    /// The matcher for `payload` in `lib`'s namespace from any peer: the pair field free (a
+    /// partial mask where the layout has one). It also takes a message a stranger made up:
+    /// check the received tag with [`sender_of`](Self::sender_of).
+    pub fn matcher_any_peer(
+        &self,
+        lib: LibId,
+        payload: u64,
+    ) -> Result<tagspace_core::Matcher, NodeError> {
+        Ok(self.engine.libs.ns(lib)?.matcher_any_peer(payload)?)
+    }
+
+    /// The exact matcher of `lib`'s inbox as `peer` sends to it.
+    pub fn inbox_matcher_from(
+        &mut self,
+        lib: LibId,
+        peer: u64,
+    ) -> Result<tagspace_core::Matcher, NodeError> {
+        let layout = self.registry.layout();
+        let ns = self.engine.libs.ns(lib)?;
+        Ok(ns.inbox_matcher_from(self.engine.conns.rx_pair(peer, layout)))
+    }
+
+    /// `lib`'s inbox from any peer (the pair field free; check with
+    /// [`sender_of`](Self::sender_of)).
+    pub fn inbox_matcher_any_peer(&self, lib: LibId) -> Result<tagspace_core::Matcher, NodeError> {
+        Ok(self.engine.libs.ns(lib)?.inbox_matcher_any_peer())
+    }
+
+    /// Who sent a message with `tag` to a namespace here: the proven peer whose pair value it
+    /// carries, or `None` — no proven peer was given that value, so a process that never
+    /// proved its identity here made the tag up (drop the message). Where the layout has no
+    /// pair field nobody can tell: `None`.
+    pub fn sender_of(&self, tag: u64) -> Option<u64> {
+        let layout = self.registry.layout();
+        if layout.pair_bits() == 0 {
+            return None;
+        }
+        self.engine.conns.pair_sender(layout.pair_of(tag))
     }
 
     /// Listens on `lib`'s local AM id `local`.
@@ -1199,8 +1379,18 @@ impl Node {
                 None => Next::Wait(Op::Sending { lib, req, conn }),
                 Some(r) => self.finish(lib, r.map(|_| None).map_err(NodeError::from), true),
             },
-            Op::Receiving { lib, mut req, from } => match req.test() {
-                None => Next::Wait(Op::Receiving { lib, req, from }),
+            Op::Receiving {
+                lib,
+                mut req,
+                from,
+                any,
+            } => match req.test() {
+                None => Next::Wait(Op::Receiving {
+                    lib,
+                    req,
+                    from,
+                    any,
+                }),
                 Some(Err(e)) if e.status == crate::ucp::Status::CANCELED => {
                     // Cancelled because its peer closed (see `recv_from`), or by the library.
                     let e = match from.and_then(|p| Some((p, self.engine.conns.failed_peer(p)?))) {
@@ -1208,6 +1398,19 @@ impl Node {
                         None => e.into(),
                     };
                     self.finish(lib, Err(e), false)
+                }
+                Some(Ok(Completion::Received { tag, .. })) if any.is_some() && self.forged(tag) => {
+                    // A stranger's: dropped; the receive waits on for a proven peer's message.
+                    let (payload, max_len) = any.unwrap_or_default();
+                    match self.post_recv(lib, None, payload, max_len) {
+                        Ok(req) => Next::Wait(Op::Receiving {
+                            lib,
+                            req,
+                            from,
+                            any,
+                        }),
+                        Err(e) => self.finish(lib, Err(e), false),
+                    }
                 }
                 Some(Ok(Completion::Received { data, .. })) => {
                     self.finish(lib, Ok(Some(data)), false)
@@ -2096,15 +2299,20 @@ impl StrayQueue for Strays<'_> {
 }
 
 impl engine::QueueHead for Strays<'_> {
-    fn oldest_id(&mut self) -> Option<u16> {
+    fn oldest_tag(&mut self) -> Option<u64> {
         // A probe with mask 0 stops at the head of UCX's queue.
         self.oldest = self.worker.tag_probe(0, 0).map(|m| m.tag);
-        Some(self.layout.namespace_of(self.oldest?))
-    }
-    fn take_oldest(&mut self, id: u16) -> bool {
-        // By its exact tag: a hashed lookup.
         self.oldest
-            .take()
-            .is_some_and(|tag| self.take(tag, u64::MAX, id))
+    }
+    fn take_matching(&mut self, tag: u64, mask: u64, id: u16) -> bool {
+        let taken = self.take(tag, mask, id);
+        self.stats.forged += u64::from(taken);
+        taken
+    }
+    fn take_oldest(&mut self, id: u16, forged: bool) -> bool {
+        // By its exact tag: a hashed lookup.
+        let taken = (self.oldest.take()).is_some_and(|tag| self.take(tag, u64::MAX, id));
+        self.stats.forged += u64::from(taken && forged);
+        taken
     }
 }

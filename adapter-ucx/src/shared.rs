@@ -4,10 +4,10 @@
 //! The plain [`Node`] stays the zero-lock path for one thread (a SINGLE worker, tagspace's own
 //! worker, the demo). A shared node is that same node behind a reader-writer lock:
 //! * every call that changes the node (send, receive, progress, attach, register, ...) takes it
-//!   exclusively; [`Library::route`] and [`Library::matcher`] — the data path of a host that
-//!   sends with its own `ucp_tag_send_nbx` — take no lock when they can (a per-thread route
-//!   cache, a table of namespace bits) and the shared lock otherwise, so library threads route
-//!   concurrently;
+//!   exclusively; [`Library::route`] — the data path of a host that sends with its own
+//!   `ucp_tag_send_nbx` — takes no lock when it can (a per-thread route cache) and the shared
+//!   lock otherwise, and [`Library::matcher`] the shared lock (the exclusive one the first time
+//!   a peer not met yet is asked about), so library threads route concurrently;
 //! * UCX's callbacks on the host's progress thread never take it: they only push into the
 //!   worker's event queues (a mutex held for one push, never across a UCX call);
 //! * [`SharedNode::peer_failed`], which a host calls from its endpoint error handler — inside
@@ -63,16 +63,8 @@ struct Inner {
     errors: ErrorSink,
     token: u64,
     host: HostInfo,
-    /// The receive side's data path without a lock: each library's namespace bits (the tag for
-    /// payload 0) by `LibId`, 0 when none (an id's bits are never 0: ids 0 and 1 are never a
-    /// library's). Written under the exclusive lock at register and release; libraries beyond
-    /// the table take the shared lock.
-    ns_bits: [AtomicU64; MATCHER_TABLE],
     layout: &'static TagLayout,
 }
-
-/// Libraries whose matchers are answered without a lock (`LibId`s below this).
-const MATCHER_TABLE: usize = 64;
 
 // SAFETY: see the module documentation: everything that is not thread-safe is inside `state`
 // and reached only through its lock (exclusively, but for the audited read-only calls); the
@@ -167,7 +159,6 @@ impl SharedNode {
                 epoch: AtomicU64::new(next_epoch()),
                 token: node.token(),
                 host,
-                ns_bits: [const { AtomicU64::new(0) }; MATCHER_TABLE],
                 layout: node.layout(),
                 state: RwLock::new(State {
                     node,
@@ -212,20 +203,12 @@ impl SharedNode {
     /// Registers library `name` without a [`Library`] handle (the C ABI's way: released with
     /// [`release`](Self::release)).
     pub fn register_id(&self, name: &str) -> Result<LibId, NodeError> {
-        let st = &mut *self.write();
-        let lib = st.node.register(name)?;
-        if let (Some(slot), Some(ns)) = (self.inner.ns_bits.get(lib.0), st.node.namespace(lib)) {
-            slot.store(ns.tag(0).map_or(0, |t| t.raw()), Ordering::Release);
-        }
-        Ok(lib)
+        self.write().node.register(name)
     }
 
     /// Releases library `lib` ([`Node::release`]) and forgets its operations.
     pub fn release(&self, lib: LibId) {
         let mut st = self.write();
-        if let Some(slot) = self.inner.ns_bits.get(lib.0) {
-            slot.store(0, Ordering::Release);
-        }
         let State { node, owners } = &mut *st;
         owners.retain(|op, l| {
             if *l == lib {
@@ -314,40 +297,70 @@ impl SharedNode {
             .map(|(ep, tag)| (ep.as_raw(), tag)))
     }
 
-    /// [`Library::matcher`] for library `lib`.
-    pub fn matcher(&self, lib: LibId, payload: u64) -> Result<(u64, u64), NodeError> {
-        if let Some(m) = self.matcher_fast(lib, payload) {
+    /// [`Library::matcher`] for library `lib`: the shared lock (the connection table's pair
+    /// values and the namespace are plain data), the exclusive one the first time `peer` is
+    /// asked about before it connected (its pair value is made then).
+    pub fn matcher(&self, lib: LibId, peer: u64, payload: u64) -> Result<(u64, u64), NodeError> {
+        if let Some(m) = self.matcher_cached(lib, peer, payload) {
             return Ok(m);
         }
-        let st = self.read();
-        // Audited for the shared lock: the namespace is plain data over the atomic registry.
-        let m = st
-            .node
-            .namespace(lib)
-            .ok_or(NodeError::NoSuchLibrary)?
-            .matcher_exact(payload)?;
+        let found = {
+            let st = self.read();
+            // Stable while the lock is held shared, as in `route`.
+            let epoch = self.inner.epoch.load(Ordering::Acquire);
+            // Audited for the shared lock: the connection table's pair values and the
+            // namespace are plain data.
+            (st.node.matcher_known(lib, peer, payload)?).map(|m| (m, epoch))
+        };
+        let (m, epoch) = match found {
+            Some(hit) => hit,
+            None => {
+                let mut st = self.write();
+                let m = st.node.matcher_from(lib, peer, payload)?;
+                (m, self.inner.epoch.load(Ordering::Acquire))
+            }
+        };
+        let key = lib.0 as u64;
+        let hit = RouteHit::new(epoch, key, peer, 0, m.tag(), self.inner.layout);
+        MATCHERS.with(|c| c[RouteHit::slot(key, peer, ROUTE_CACHE)].set(hit));
         Ok((m.tag(), m.mask()))
     }
 
-    /// The matcher from the lock-free table, for a library in it and a payload the lookup
-    /// accepts; `None` sends the caller to [`matcher`](Self::matcher), which names what is
-    /// wrong.
+    /// The matcher from this thread's cache, if it holds one valid now: no lock, one atomic
+    /// load (the receive side's counterpart of [`route_cached`](Self::route_cached)). `None`
+    /// sends the caller to [`matcher`](Self::matcher).
     #[inline]
-    pub fn matcher_fast(&self, lib: LibId, payload: u64) -> Option<(u64, u64)> {
-        let bits = self.inner.ns_bits.get(lib.0)?.load(Ordering::Acquire);
-        let mask = self.inner.layout.fixed_mask();
-        (bits != 0 && payload & mask == 0 && payload != !mask).then_some((bits | payload, u64::MAX))
+    pub fn matcher_cached(&self, lib: LibId, peer: u64, payload: u64) -> Option<(u64, u64)> {
+        let key = lib.0 as u64;
+        let epoch = self.inner.epoch.load(Ordering::Acquire);
+        let slot = RouteHit::slot(key, peer, ROUTE_CACHE);
+        MATCHERS
+            .with(|c| c[slot].get().get(epoch, key, peer, payload))
+            .map(|(_, tag)| (tag, u64::MAX))
+    }
+
+    /// [`Library::matcher_any_peer`] for library `lib`.
+    pub fn matcher_any_peer(&self, lib: LibId, payload: u64) -> Result<(u64, u64), NodeError> {
+        let m = self.read().node.matcher_any_peer(lib, payload)?;
+        Ok((m.tag(), m.mask()))
     }
 
     /// [`Library::inbox_matcher`] for library `lib`.
-    pub fn inbox_matcher(&self, lib: LibId) -> Result<(u64, u64), NodeError> {
-        let st = self.read();
-        let m = st
-            .node
-            .namespace(lib)
-            .ok_or(NodeError::NoSuchLibrary)?
-            .inbox_matcher();
+    pub fn inbox_matcher(&self, lib: LibId, peer: u64) -> Result<(u64, u64), NodeError> {
+        let m = self.write().node.inbox_matcher_from(lib, peer)?;
         Ok((m.tag(), m.mask()))
+    }
+
+    /// [`Library::inbox_matcher_any_peer`] for library `lib`.
+    pub fn inbox_matcher_any_peer(&self, lib: LibId) -> Result<(u64, u64), NodeError> {
+        let m = self.read().node.inbox_matcher_any_peer(lib)?;
+        Ok((m.tag(), m.mask()))
+    }
+
+    /// [`Node::sender_of`]: the proven peer whose pair value `tag` carries, `None` for a tag
+    /// no proven peer can have sent. Takes the shared lock.
+    pub fn sender_of(&self, tag: u64) -> Option<u64> {
+        self.read().node.sender_of(tag)
     }
 
     /// The name and id of library `lib`'s namespace.
@@ -464,6 +477,10 @@ thread_local! {
     /// This thread's cached routes, across every shared node (entries carry their node's epoch).
     static ROUTES: [Cell<RouteHit>; ROUTE_CACHE] =
         const { [const { Cell::new(RouteHit::EMPTY) }; ROUTE_CACHE] };
+    /// This thread's cached receive matchers (a library's tag base for one peer: its namespace
+    /// bits and the pair value this node gave the peer), kept like the routes.
+    static MATCHERS: [Cell<RouteHit>; ROUTE_CACHE] =
+        const { [const { Cell::new(RouteHit::EMPTY) }; ROUTE_CACHE] };
 }
 
 /// A route that was looked up at a node's epoch `epoch`: valid while that is still the node's
@@ -499,7 +516,8 @@ impl RouteHit {
     /// The route to library `lib` on `peer` over endpoint `ep` whose tag for some payload was
     /// `tag`, at epoch `epoch`, under `layout`.
     pub fn new(epoch: u64, lib: u64, peer: u64, ep: usize, tag: u64, layout: &TagLayout) -> Self {
-        let ns_mask = layout.fixed_mask();
+        // the namespace field, the guard bits and the pair field: the peer's whole tag base
+        let ns_mask = layout.fixed_mask() | layout.pair_mask();
         RouteHit {
             epoch,
             lib,
@@ -591,17 +609,31 @@ impl Library {
         self.node.route_inbox(self.lib, peer)
     }
 
-    /// The exact matcher (tag, full mask) of this library's inbox here, for the host's own
-    /// receive or probe. Takes the node's lock shared.
-    pub fn inbox_matcher(&self) -> Result<(u64, u64), NodeError> {
-        self.node.inbox_matcher(self.lib)
+    /// The exact matcher (tag, full mask) of this library's inbox here as `peer` sends to it,
+    /// for the host's own receive or probe. Takes the node's lock.
+    pub fn inbox_matcher(&self, peer: u64) -> Result<(u64, u64), NodeError> {
+        self.node.inbox_matcher(self.lib, peer)
     }
 
-    /// The tag and mask (full, D1) that receive `payload` sent to this library here, for the
-    /// host's own `ucp_tag_recv_nbx`: from a lock-free table of namespace bits (the shared lock
-    /// only for a library beyond it, or to name what is wrong).
-    pub fn matcher(&self, payload: u64) -> Result<(u64, u64), NodeError> {
-        self.node.matcher(self.lib, payload)
+    /// This library's inbox from any peer (the pair field free): check what it takes with
+    /// [`SharedNode::sender_of`].
+    pub fn inbox_matcher_any_peer(&self) -> Result<(u64, u64), NodeError> {
+        self.node.inbox_matcher_any_peer(self.lib)
+    }
+
+    /// The tag and mask (full, D1) that receive `payload` sent to this library here by `peer`
+    /// — only by `peer`: the tag carries the pair value this node gives it alone — for the
+    /// host's own `ucp_tag_recv_nbx`. Takes the node's lock shared.
+    pub fn matcher(&self, peer: u64, payload: u64) -> Result<(u64, u64), NodeError> {
+        self.node.matcher(self.lib, peer, payload)
+    }
+
+    /// The tag and mask that receive `payload` sent to this library here by any peer: every
+    /// bit fixed but the pair field (a partial mask, UCX's slower path while posted). It also
+    /// takes a message a stranger made up: check the received tag with
+    /// [`SharedNode::sender_of`] and drop it when that says `None`.
+    pub fn matcher_any_peer(&self, payload: u64) -> Result<(u64, u64), NodeError> {
+        self.node.matcher_any_peer(self.lib, payload)
     }
 
     fn start(&self, f: impl FnOnce(&mut Node) -> OpId) -> OpId {

@@ -44,13 +44,13 @@ fn kth_connection_costs_one_frame_each_way() {
         sent.push(hub.stats().control_sent - s0);
         received.push(p.stats().control_received - r0);
     }
-    // HELLO and PROOF (P6), whatever the number of connections already open.
+    // HELLO, PROOF (P6) and PAIR, whatever the number of connections already open.
     assert!(
-        sent.iter().all(|&n| n == 2),
+        sent.iter().all(|&n| n == 3),
         "frames the hub sent per connection: {sent:?}"
     );
     assert!(
-        received.iter().all(|&n| n == 2),
+        received.iter().all(|&n| n == 3),
         "frames each peer received: {received:?}"
     );
     assert_eq!(hub.peers().len(), PEERS);

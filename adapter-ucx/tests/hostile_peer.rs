@@ -149,6 +149,122 @@ fn connect(a: &mut Node, la: LibId, b: &mut Node, lb: LibId) {
     });
 }
 
+/// The honest pair's tags, forged by a process that never completed a handshake: the hostile
+/// peer sends, for every payload `b` is about to send `a`, a's exact tag for it — namespace id
+/// and payload copied — with each pair value it can guess (0, 1, all ones, and random ones),
+/// `COPIES` times over, before the honest messages. `a` has receives posted for all of them:
+/// tied to `b` for the first half, from any peer for the second. Returns what each receive got
+/// (in payload order), how many forged messages `a` counted, and what still waits in dask's
+/// namespace.
+fn forge_against(layout: tagspace_core::TagLayout) -> (Vec<Vec<u8>>, u64, bool) {
+    const N: u64 = 100;
+    const COPIES: u64 = 3;
+    let (mut a, la) = common::dask_node_on(layout, |_| {});
+    let (mut b, lb) = common::dask_node_on(layout, |_| {});
+    connect(&mut a, la, &mut b, lb);
+    let (ta, tb) = (a.token(), b.token());
+    let mut recvs: Vec<OpId> = (0..N).map(|p| a.recv_from(la, tb, p, 64)).collect();
+    recvs.extend((N..2 * N).map(|p| a.recv(la, p, 64)));
+    let base = a.layout().base(a.namespace(la).unwrap().id());
+    let shift = a.layout().pair_field().map_or(0, |f| f.shift());
+    let max = (1u64 << a.layout().pair_bits()) - 1;
+    let mut guesses = vec![0, 1, max];
+    let mut x = 0x5eed;
+    guesses.extend((0..5).map(|_| splitmix(&mut x) & max));
+    let guesses: Vec<String> = guesses.iter().map(|g| format!("{g:#x}")).collect();
+    let child = attack(
+        &a,
+        &[
+            "forge",
+            &format!("{base:#x}"),
+            &shift.to_string(),
+            "0",
+            &(2 * N).to_string(),
+            &COPIES.to_string(),
+            &guesses.join(","),
+        ],
+    );
+    let out = run_attack(&mut a, &mut b, child);
+    let forged = 2 * N * COPIES * guesses.len() as u64;
+    assert!(out.contains(&format!("sent {forged} forged")), "{out}");
+    // The honest stream comes after the forgeries.
+    let sends: Vec<OpId> = (0..2 * N)
+        .map(|p| b.send(lb, ta, p, format!("honest {p}").into_bytes(), 10_000))
+        .collect();
+    common::progress_until(&mut a, &mut b, "honest stream", |a, b| {
+        recvs.iter().all(|&r| a.is_done(r)) && sends.iter().all(|&s| b.is_done(s))
+    });
+    for s in sends {
+        b.take(s).unwrap().unwrap();
+    }
+    let got = recvs
+        .drain(..)
+        .map(|r| a.take(r).unwrap().expect("receive failed").unwrap())
+        .collect();
+    // Let the drain take what is left of the forgeries.
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(500) {
+        a.progress();
+        b.progress();
+    }
+    let waiting = a.oldest_waiting(la).unwrap().is_some();
+    let rss = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    eprintln!(
+        "forged {forged} of the pair's tags: {} counted forged, {} strays; statm {rss}",
+        a.stats().forged,
+        a.stats().stray
+    );
+    a.shutdown(500);
+    b.shutdown(500);
+    (got, a.stats().forged, waiting)
+}
+
+fn honest(p: u64) -> Vec<u8> {
+    format!("honest {p}").into_bytes()
+}
+
+/// With the pair field (the default layout), forged copies of an honest pair's exact tags
+/// replace nothing: every honest message arrives exactly once, intact, on receives tied to the
+/// peer and on receives from any peer alike; every forgery is counted and drained (nothing
+/// waits in the namespace afterwards, so a flood of them cannot grow the node).
+#[test]
+fn forged_exact_tags_never_replace_an_honest_pairs_messages() {
+    let (got, forged, waiting) = forge_against(tagspace_core::TagLayout::DEFAULT);
+    for (p, data) in got.iter().enumerate() {
+        assert_eq!(
+            *data,
+            honest(p as u64),
+            "payload {p}: not the honest message"
+        );
+    }
+    assert!(forged >= 2 * 100 * 3 * 8, "forgeries counted: {forged}");
+    assert!(!waiting, "forgeries left in the namespace");
+}
+
+/// Control: the same attack on a layout without a pair field, whose tags are exactly what the
+/// attacker copies (namespace | payload). Forged data replaces honest messages and the check
+/// above sees it.
+#[test]
+fn control_without_a_pair_field_forged_tags_replace_honest_messages() {
+    let layout = tagspace_core::TagLayout::builder(56, 8).build().unwrap();
+    let (got, forged, _) = forge_against(layout);
+    let replaced = (got.iter().enumerate())
+        .filter(|&(p, data)| *data != honest(p as u64))
+        .count();
+    assert!(
+        replaced > 0 && got.iter().any(|d| d == b"FORGED!!"),
+        "the attack must succeed without the pair field ({replaced} replaced)"
+    );
+    assert_eq!(
+        forged, 0,
+        "nothing can be told apart without the pair field"
+    );
+    eprintln!(
+        "without the pair field: {replaced} of {} receives took forged data",
+        got.len()
+    );
+}
+
 /// One 8-byte Active Message on ids nobody registered — 0 (ucx-py's and ucxx's), ids below
 /// and just above tagspace's control id, and far above — with and without the reply flag.
 /// UCX 1.12/1.13 leave the handler slots they grow uninitialised, and such an AM used to jump
@@ -213,8 +329,8 @@ fn splitmix(x: &mut u64) -> u64 {
 }
 
 /// A flood of random 64-bit tags (ucxx's hashed tags look like this): every one whose
-/// namespace id nobody registered is drained as a stray — exactly those, none of dask's and
-/// none of the legacy id 0 — while no `progress` call scans UCX's queue more than
+/// namespace id nobody registered, or whose pair value in dask's namespace no proven peer was
+/// given, is drained as a stray — exactly those, none of the legacy id 0 — while no `progress` call scans UCX's queue more than
 /// `STRAY_PROBES_PER_CALL` times or looks at its head more than `STRAY_TAKES_PER_CALL` times
 /// (D4), and the honest traffic arrives exactly once. (It used to
 /// probe every unregistered id every 10 ms, each probe scanning the whole queue: one call took
@@ -233,9 +349,14 @@ fn a_flood_of_random_tags_is_drained_in_bounded_steps() {
     let field = a.layout().namespace_field();
     let dask = a.namespace(la).unwrap().id();
     let mut x = SEED;
+    // Strays: every tag in an id nobody registered, and every one in dask's namespace with a
+    // pair value no proven peer was given (all of them but a 2^-24 chance); legacy id 0 stays.
     let want_strays = (0..n)
-        .map(|_| ((splitmix(&mut x) & field.mask()) >> field.shift()) as u16)
-        .filter(|&id| id != 0 && id != dask)
+        .map(|_| splitmix(&mut x))
+        .filter(|&t| {
+            let id = ((t & field.mask()) >> field.shift()) as u16;
+            id != 0 && (id != dask || a.sender_of(t).is_none())
+        })
         .count() as u64;
     let strays_before = a.stats().stray;
     let mut child = attack(&a, &["tags", &n.to_string(), &format!("{SEED:#x}")]);

@@ -74,7 +74,7 @@ fn receive_matched_to_a_dead_peers_rendezvous_fails_with_peer_down() {
     // b starts a 1 MiB rendezvous send and progresses only until its request-to-send has
     // reached a's unexpected queue; from then on b never progresses again.
     let send = b.send(lb, a.token(), 1, vec![7; BIG], 5000);
-    let m = a.namespace(la).unwrap().matcher_exact(1).unwrap();
+    let m = a.matcher_from(la, tb, 1).unwrap();
     let start = Instant::now();
     while a.worker().tag_probe(m.tag(), m.mask()).is_none() {
         hang_guard(start, "rendezvous request to arrive");

@@ -129,7 +129,7 @@ fn library_traffic(lib: &Library, side: u8, i: usize, peer: u64, host_worker: us
         let out: Vec<Vec<u8>> = (base..base + WINDOW).map(|k| body(side, i, k)).collect();
         let mut pending = Vec::new();
         for (j, buf) in inbox.iter_mut().enumerate() {
-            let (tag, mask) = lib.matcher(base + j as u64).unwrap();
+            let (tag, mask) = lib.matcher(peer, base + j as u64).unwrap();
             assert_eq!(mask, u64::MAX, "D1: full masks");
             // SAFETY: a MULTI worker; the buffer outlives the request (waited below).
             let p = unsafe {
@@ -159,7 +159,7 @@ fn library_traffic(lib: &Library, side: u8, i: usize, peer: u64, host_worker: us
     // host's random tags wait in it too, as they may: UCX's queue is shared, and tagspace never
     // takes them).
     for k in 0..THROUGH_NODE + THROUGH_HOST {
-        let (tag, mask) = lib.matcher(k).unwrap();
+        let (tag, mask) = lib.matcher_any_peer(k).unwrap();
         // SAFETY: a probe without removal on a MULTI worker; info is an out-parameter.
         let found = unsafe {
             let mut info: sys::ucp_tag_recv_info_t = std::mem::zeroed();

@@ -4,7 +4,8 @@
  *   tagspace_node_attach     each endpoint, the lower rank as initiator
  *   tagspace_node_route      the endpoint and tag for (library, peer, payload): passed to the
  *                            host's own ucp_tag_send_nbx
- *   tagspace_node_matcher    the exact tag/mask for the host's own ucp_tag_recv_nbx
+ *   tagspace_node_matcher    the exact tag/mask for the host's own ucp_tag_recv_nbx (from
+ *                            one peer: only its messages match)
  *   tagspace_node_detach / _free, then the host closes its endpoints and worker.
  * 2-4 processes; three libraries with *dynamic* names registered in a different order in each
  * process (so the same name has different ids in different processes: only the handshake makes
@@ -127,7 +128,8 @@ static int rank_main(const char *dir)
     }
     for (int l = 0; l < 3; l++) {
         tagspace_matcher_t m;
-        ts_check(tagspace_node_matcher(node, lib[l], 0, &m), "tagspace_node_matcher");
+        ts_check(tagspace_node_matcher_any_peer(node, lib[l], 0, &m),
+                 "tagspace_node_matcher_any_peer");
         my_ids[l] = (m.tag & ns_mask_) >> ns_shift_;
     }
     for (int r = 0; r < nprocs_; r++)
@@ -174,7 +176,8 @@ static int rank_main(const char *dir)
         for (int l = 0; l < 3; l++)
             for (int k = 0; k < rounds_; k++, n++) {
                 tagspace_matcher_t m;
-                ts_check(tagspace_node_matcher(node, lib[l], (uint64_t)r * rounds_ + k, &m),
+                ts_check(tagspace_node_matcher(node, lib[l], token[r],
+                                               (uint64_t)r * rounds_ + k, &m),
                          "tagspace_node_matcher");
                 ucp_request_param_t rq = recv_param(&rx[n]);
                 start(ucp_tag_recv_nbx(w, rbuf[n], 32, m.tag, m.mask, &rq), &rx[n], "recv");

@@ -40,7 +40,7 @@ static uint64_t recv_tag(int ts)
 {
     if (!ts) return RAW_TAG;
     tagspace_matcher_t m;
-    ts_check(tagspace_node_matcher(node_, lib_, RAW_TAG, &m), "tagspace_node_matcher");
+    ts_check(tagspace_node_matcher(node_, lib_, peer_, RAW_TAG, &m), "tagspace_node_matcher");
     return m.tag;
 }
 

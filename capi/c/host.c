@@ -63,7 +63,7 @@ static uint64_t tag_for(int kind, uint32_t src, uint32_t dst, uint32_t seq)
     case 0:
     case 1:
     case 2:
-        ts_check(tagspace_tag(ns_[kind], ((uint64_t)src << 40) | ((uint64_t)dst << 32) | seq, &t),
+        ts_check(tagspace_tag(ns_[kind], ((uint64_t)src << 25) | ((uint64_t)dst << 18) | seq, &t),
                  "tagspace_tag");
         return t;
     case 3:
@@ -160,7 +160,7 @@ static int rank_main(const char *dir)
         DIE("a spec with a named field should be refused");
     if (tagspace_layout_options_from_spec(&opts, "ns=56:8,guard=0x1/0x0") != TAGSPACE_ERR_BAD_LAYOUT)
         DIE("a guard value outside its mask should be refused");
-    ts_check(tagspace_layout_options_from_spec(&opts, "ns=56:8,guard=0x80000000/0x80000000"),
+    ts_check(tagspace_layout_options_from_spec(&opts, "ns=56:8,pair=32:24,guard=0x80000000/0x80000000"),
              "tagspace_layout_options_from_spec");
     tagspace_registry_t *guarded;
     ts_check(tagspace_registry_new(&opts, &guarded), "tagspace_registry_new");

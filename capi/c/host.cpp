@@ -125,7 +125,7 @@ int rank_main(int rank, const std::string &dir, uint32_t rounds)
         throw std::runtime_error("random 64-bit tags should reach every managed namespace");
 
     auto tag_for = [&](int kind, uint32_t src, uint32_t seq) -> uint64_t {
-        if (kind < 2) return libs[kind].tag((uint64_t(src) << 32) | seq);
+        if (kind < 2) return libs[kind].tag((uint64_t(src) << 24) | seq);
         uint64_t t = mix((uint64_t(src) << 40) ^ seq);
         uint16_t forced = libs[seq % 2].id(); // inside a library's namespace, the worst case
         return (t & ~(0xffull << 56)) | (uint64_t(forced) << 56);
@@ -238,12 +238,12 @@ int rank_main(int rank, const std::string &dir, uint32_t rounds)
         std::vector<Msg> rin(rounds), rout(rounds);
         std::vector<Op> rr(rounds), rs(rounds);
         for (uint32_t s = 0; s < rounds; s++) {
-            auto m = node.matcher(lib, (uint64_t(peer) << 32) | s);
+            auto m = node.matcher(lib, peer_token, (uint64_t(peer) << 24) | s);
             auto p = recv_param(rr[s]);
             start(ucp_tag_recv_nbx(w, &rin[s], sizeof(Msg), m.tag, m.mask, &p), rr[s], "routed recv");
         }
         for (uint32_t s = 0; s < rounds; s++) {
-            if (!node.try_route(lib, peer_token, (uint64_t(rank) << 32) | s, &to, &tag))
+            if (!node.try_route(lib, peer_token, (uint64_t(rank) << 24) | s, &to, &tag))
                 throw std::runtime_error("route lost");
             rout[s] = Msg{kMagic, 7, uint32_t(rank), s, 0};
             auto p = send_param(rs[s]);

@@ -120,7 +120,8 @@ static void *library(void *arg)
     static _Thread_local op_t rx[MSGS], tx[MSGS];
     for (int k = 0; k < MSGS; k++) {
         tagspace_matcher_t m;
-        ts_check(tagspace_node_matcher(node_, lib, (uint64_t)k, &m), "tagspace_node_matcher");
+        ts_check(tagspace_node_matcher(node_, lib, token_[peer], (uint64_t)k, &m),
+                 "tagspace_node_matcher");
         ucp_request_param_t rq;
         memset(&rq, 0, sizeof rq);
         rq.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;

@@ -13,7 +13,7 @@
 
 // The version of this ABI. It changes only when a signature or struct changes incompatibly;
 // appended struct fields and new functions do not change it.
-#define TAGSPACE_ABI_VERSION 1
+#define TAGSPACE_ABI_VERSION 2
 
 // The number of namespace ids a registry made through this ABI holds.
 #define TAGSPACE_REGISTRY_IDS 256
@@ -83,6 +83,15 @@ typedef struct tagspace_layout_options_t {
   uint64_t guard_mask;
   // The guard bits' values (inside `guard_mask`).
   uint64_t guard_value;
+  // The pair field: its lowest bit and width (16 to 32; default 32 and 24). Every tag a peer
+  // sends here carries there a value this process gave that peer alone once it proved its
+  // identity, so no other process can make a tag a receive tied to the peer takes (but by
+  // guessing: 2^-width per message). Width 0: no pair field, and tags anyone connected can
+  // forge. Read only when `struct_size` covers it (callers built against an older header
+  // get none).
+  uint32_t pair_shift;
+  // Width of the pair field in bits (0: none).
+  uint32_t pair_width;
 } tagspace_layout_options_t;
 
 // A snapshot of a registry's layout and counters.
@@ -314,7 +323,8 @@ void tagspace_layout_options_init(struct tagspace_layout_options_t *opts);
 
 // Sets the layout fields of `opts` (namespace field and guard bits) from a layout SPEC as the
 // `tagspace` command prints it, e.g. `tagspace layout --against rapidsmpf`:
-// `default` or `ns=SHIFT:WIDTH[,guard=VALUE/MASK]`. Named fields are not part of a registry's
+// `default` or `ns=SHIFT:WIDTH[,pair=SHIFT:WIDTH][,guard=VALUE/MASK]` (a SPEC without `pair=`
+// sets no pair field: forgeable tags). Named fields are not part of a registry's
 // options (they change no tag tagspace builds): a SPEC with them is refused. `opts` is left as
 // it was on failure; initialise it with `tagspace_layout_options_init` first.
 //
@@ -671,16 +681,43 @@ tagspace_status_t tagspace_node_route(const struct tagspace_node_t *node,
                                       void **ucp_ep,
                                       uint64_t *tag);
 
-// The exact matcher for receiving `payload` in library `lib`'s namespace on this node (pass
-// `tag` and `mask` to `ucp_tag_recv_nbx`): what a peer's `tagspace_node_route` for this
-// library and payload sends to.
+// The exact matcher for receiving `payload` in library `lib`'s namespace on this node from
+// `peer` (pass `tag` and `mask` to `ucp_tag_recv_nbx`): what `peer`'s `tagspace_node_route`
+// for this library and payload sends to, and only that: the tag carries, in the layout's pair
+// field, the value this node gives `peer` alone once it has proven its identity, so another
+// process (one that never proved itself here included) cannot send a message it takes.
 //
 // # Safety
 // `node` is a live handle; `out` is valid for writing.
 tagspace_status_t tagspace_node_matcher(const struct tagspace_node_t *node,
                                         uint32_t lib,
+                                        uint64_t peer,
                                         uint64_t payload,
                                         struct tagspace_matcher_t *out);
+
+// The matcher for receiving `payload` in library `lib`'s namespace from any peer: every bit
+// fixed but the layout's pair field (a partial mask: UCX's slower path while it is posted).
+// It also takes a message a process that never proved its identity here made up: pass the
+// received tag to `tagspace_node_sender_of` and drop the message when it finds no peer.
+//
+// # Safety
+// `node` is a live handle; `out` is valid for writing.
+tagspace_status_t tagspace_node_matcher_any_peer(const struct tagspace_node_t *node,
+                                                 uint32_t lib,
+                                                 uint64_t payload,
+                                                 struct tagspace_matcher_t *out);
+
+// Who sent a message that arrived with `tag` (the sender tag UCX reports): `*peer` receives
+// the token of the proven peer whose pair value the tag carries and the call returns
+// `TAGSPACE_OK`; `TAGSPACE_ERR_NOT_FOUND` when no proven peer was given that value — a
+// process that never proved its identity here made the tag up — or the layout has no pair
+// field.
+//
+// # Safety
+// `node` is a live handle; `peer` is valid for writing.
+tagspace_status_t tagspace_node_sender_of(const struct tagspace_node_t *node,
+                                          uint64_t tag,
+                                          uint64_t *peer);
 
 // The tokens of peers with an established connection: up to `cap` into `peers`; `*count`
 // receives how many there are (call with `cap` 0 to size the buffer).

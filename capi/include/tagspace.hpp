@@ -261,11 +261,30 @@ class Node {
         detail::check(rc, "tagspace_node_route");
         return true;
     }
-    tagspace_matcher_t matcher(uint32_t lib, uint64_t payload) const
+    // The exact matcher for `payload` to `lib` here from `peer` (only `peer`'s messages match).
+    tagspace_matcher_t matcher(uint32_t lib, uint64_t peer, uint64_t payload) const
     {
         tagspace_matcher_t m{};
-        detail::check(tagspace_node_matcher(node_, lib, payload, &m), "tagspace_node_matcher");
+        detail::check(tagspace_node_matcher(node_, lib, peer, payload, &m), "tagspace_node_matcher");
         return m;
+    }
+    // The matcher for `payload` to `lib` here from any peer (the pair field free): check what it
+    // takes with sender_of.
+    tagspace_matcher_t matcher_any_peer(uint32_t lib, uint64_t payload) const
+    {
+        tagspace_matcher_t m{};
+        detail::check(tagspace_node_matcher_any_peer(node_, lib, payload, &m),
+                      "tagspace_node_matcher_any_peer");
+        return m;
+    }
+    // The proven peer that sent a message with `tag`; false for a tag no proven peer can have
+    // made (drop the message).
+    bool sender_of(uint64_t tag, uint64_t *peer) const
+    {
+        tagspace_status_t rc = tagspace_node_sender_of(node_, tag, peer);
+        if (rc == TAGSPACE_ERR_NOT_FOUND) return false;
+        detail::check(rc, "tagspace_node_sender_of");
+        return true;
     }
     tagspace_peer_event_t poll_event(uint32_t lib)
     {

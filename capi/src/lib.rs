@@ -51,7 +51,7 @@ use tagspace_core::{
 
 /// The version of this ABI. It changes only when a signature or struct changes incompatibly;
 /// appended struct fields and new functions do not change it.
-pub const TAGSPACE_ABI_VERSION: u32 = 1;
+pub const TAGSPACE_ABI_VERSION: u32 = 2;
 
 /// The number of namespace ids a registry made through this ABI holds.
 pub const TAGSPACE_REGISTRY_IDS: u32 = 256;
@@ -143,10 +143,21 @@ pub struct tagspace_layout_options_t {
     pub guard_mask: u64,
     /// The guard bits' values (inside `guard_mask`).
     pub guard_value: u64,
+    /// The pair field: its lowest bit and width (16 to 32; default 32 and 24). Every tag a peer
+    /// sends here carries there a value this process gave that peer alone once it proved its
+    /// identity, so no other process can make a tag a receive tied to the peer takes (but by
+    /// guessing: 2^-width per message). Width 0: no pair field, and tags anyone connected can
+    /// forge. Read only when `struct_size` covers it (callers built against an older header
+    /// get none).
+    pub pair_shift: u32,
+    /// Width of the pair field in bits (0: none).
+    pub pair_width: u32,
 }
 
 /// `struct_size` of the first `tagspace_layout_options_t`, before the guard bits.
 const LAYOUT_OPTIONS_V1: u32 = 16;
+/// `struct_size` of the second, before the pair field.
+const LAYOUT_OPTIONS_V2: u32 = 32;
 
 /// A snapshot of a registry's layout and counters.
 #[repr(C)]
@@ -459,6 +470,7 @@ pub unsafe extern "C" fn tagspace_last_error(buf: *mut c_char, cap: usize) -> us
 #[no_mangle]
 pub unsafe extern "C" fn tagspace_layout_options_init(opts: *mut tagspace_layout_options_t) {
     let f = TagLayout::DEFAULT.namespace_field();
+    let pair = TagLayout::DEFAULT.pair_field();
     let v = tagspace_layout_options_t {
         struct_size: std::mem::size_of::<tagspace_layout_options_t>() as u32,
         namespace_shift: f.shift(),
@@ -466,6 +478,8 @@ pub unsafe extern "C" fn tagspace_layout_options_init(opts: *mut tagspace_layout
         well_known: 1,
         guard_mask: 0,
         guard_value: 0,
+        pair_shift: pair.map_or(0, |p| p.shift()),
+        pair_width: pair.map_or(0, |p| p.width()),
     };
     // SAFETY: the caller's contract.
     let _ = unsafe { put(opts, "opts", v) };
@@ -490,15 +504,23 @@ unsafe fn layout_of(opts: *const tagspace_layout_options_t) -> Result<(TagLayout
         // SAFETY: `struct_size` says the whole struct is there.
         unsafe { *opts }
     } else {
-        // SAFETY: the first version's fields are there; the guard bits are not.
+        // SAFETY: the first version's fields are there.
         let v1 = unsafe { std::slice::from_raw_parts(opts.cast::<u32>(), 4) };
+        let guard = if size >= LAYOUT_OPTIONS_V2 {
+            // SAFETY: the second version's guard bits are there too (8-aligned, at 16 and 24).
+            unsafe { std::slice::from_raw_parts(opts.cast::<u64>().add(2), 2) }
+        } else {
+            &[0, 0]
+        };
         tagspace_layout_options_t {
             struct_size: v1[0],
             namespace_shift: v1[1],
             namespace_width: v1[2],
             well_known: v1[3],
-            guard_mask: 0,
-            guard_value: 0,
+            guard_mask: guard[0],
+            guard_value: guard[1],
+            pair_shift: 0,
+            pair_width: 0,
         }
     };
     if !(8..=16).contains(&o.namespace_width) {
@@ -515,12 +537,16 @@ unsafe fn layout_of(opts: *const tagspace_layout_options_t) -> Result<(TagLayout
     if o.guard_mask != 0 || o.guard_value != 0 {
         b = b.guard(o.guard_mask, o.guard_value);
     }
+    if o.pair_width != 0 {
+        b = b.pair(o.pair_shift, o.pair_width);
+    }
     Ok((b.build()?, o.well_known != 0))
 }
 
 /// Sets the layout fields of `opts` (namespace field and guard bits) from a layout SPEC as the
 /// `tagspace` command prints it, e.g. `tagspace layout --against rapidsmpf`:
-/// `default` or `ns=SHIFT:WIDTH[,guard=VALUE/MASK]`. Named fields are not part of a registry's
+/// `default` or `ns=SHIFT:WIDTH[,pair=SHIFT:WIDTH][,guard=VALUE/MASK]` (a SPEC without `pair=`
+/// sets no pair field: forgeable tags). Named fields are not part of a registry's
 /// options (they change no tag tagspace builds): a SPEC with them is refused. `opts` is left as
 /// it was on failure; initialise it with `tagspace_layout_options_init` first.
 ///
@@ -553,11 +579,14 @@ pub unsafe extern "C" fn tagspace_layout_options_from_spec(
         // SAFETY: the caller's contract.
         let o = unsafe { arg(opts.cast_const(), "opts") }?;
         let f = layout.namespace_field();
+        let pair = layout.pair_field();
         let v = tagspace_layout_options_t {
             namespace_shift: f.shift(),
             namespace_width: f.width(),
             guard_mask: layout.guard_mask(),
             guard_value: layout.guard_value(),
+            pair_shift: pair.map_or(0, |p| p.shift()),
+            pair_width: pair.map_or(0, |p| p.width()),
             ..*o
         };
         // SAFETY: the caller's contract.

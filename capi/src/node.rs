@@ -681,9 +681,11 @@ pub unsafe extern "C" fn tagspace_node_route(
     })
 }
 
-/// The exact matcher for receiving `payload` in library `lib`'s namespace on this node (pass
-/// `tag` and `mask` to `ucp_tag_recv_nbx`): what a peer's `tagspace_node_route` for this
-/// library and payload sends to.
+/// The exact matcher for receiving `payload` in library `lib`'s namespace on this node from
+/// `peer` (pass `tag` and `mask` to `ucp_tag_recv_nbx`): what `peer`'s `tagspace_node_route`
+/// for this library and payload sends to, and only that: the tag carries, in the layout's pair
+/// field, the value this node gives `peer` alone once it has proven its identity, so another
+/// process (one that never proved itself here included) cannot send a message it takes.
 ///
 /// # Safety
 /// `node` is a live handle; `out` is valid for writing.
@@ -691,13 +693,14 @@ pub unsafe extern "C" fn tagspace_node_route(
 pub unsafe extern "C" fn tagspace_node_matcher(
     node: *const tagspace_node_t,
     lib: u32,
+    peer: u64,
     payload: u64,
     out: *mut tagspace_matcher_t,
 ) -> tagspace_status_t {
-    // The data path: the lock-free namespace table, with no unwinding frame.
+    // The data path: this thread's matcher cache, with no unwinding frame.
     // SAFETY: the caller's contract.
     if let (Some(h), false) = (unsafe { node.as_ref() }, out.is_null()) {
-        if let Some((t, mask)) = h.node.matcher_fast(lib_id(lib), payload) {
+        if let Some((t, mask)) = h.node.matcher_cached(lib_id(lib), peer, payload) {
             // SAFETY: non-null and, by the caller's contract, valid for writes.
             unsafe { out.write(crate::matcher_out(t, mask)) };
             return crate::TAGSPACE_OK;
@@ -706,9 +709,62 @@ pub unsafe extern "C" fn tagspace_node_matcher(
     guard(|| {
         // SAFETY: the caller's contract.
         let n = unsafe { node_ref(node) }?;
-        let (t, mask) = n.matcher(lib_id(lib), payload).map_err(lib_err(lib))?;
+        let (t, mask) = n
+            .matcher(lib_id(lib), peer, payload)
+            .map_err(lib_err(lib))?;
         // SAFETY: the caller's contract.
         unsafe { put(out, "out", crate::matcher_out(t, mask)) }
+    })
+}
+
+/// The matcher for receiving `payload` in library `lib`'s namespace from any peer: every bit
+/// fixed but the layout's pair field (a partial mask: UCX's slower path while it is posted).
+/// It also takes a message a process that never proved its identity here made up: pass the
+/// received tag to `tagspace_node_sender_of` and drop the message when it finds no peer.
+///
+/// # Safety
+/// `node` is a live handle; `out` is valid for writing.
+#[no_mangle]
+pub unsafe extern "C" fn tagspace_node_matcher_any_peer(
+    node: *const tagspace_node_t,
+    lib: u32,
+    payload: u64,
+    out: *mut tagspace_matcher_t,
+) -> tagspace_status_t {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let n = unsafe { node_ref(node) }?;
+        let (t, mask) = (n.matcher_any_peer(lib_id(lib), payload)).map_err(lib_err(lib))?;
+        // SAFETY: the caller's contract.
+        unsafe { put(out, "out", crate::matcher_out(t, mask)) }
+    })
+}
+
+/// Who sent a message that arrived with `tag` (the sender tag UCX reports): `*peer` receives
+/// the token of the proven peer whose pair value the tag carries and the call returns
+/// `TAGSPACE_OK`; `TAGSPACE_ERR_NOT_FOUND` when no proven peer was given that value — a
+/// process that never proved its identity here made the tag up — or the layout has no pair
+/// field.
+///
+/// # Safety
+/// `node` is a live handle; `peer` is valid for writing.
+#[no_mangle]
+pub unsafe extern "C" fn tagspace_node_sender_of(
+    node: *const tagspace_node_t,
+    tag: u64,
+    peer: *mut u64,
+) -> tagspace_status_t {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let n = unsafe { node_ref(node) }?;
+        match n.sender_of(tag) {
+            // SAFETY: the caller's contract.
+            Some(p) => unsafe { put(peer, "peer", p) },
+            None => Err(Fail::new(
+                crate::TAGSPACE_ERR_NOT_FOUND,
+                format!("no proven peer sends with the pair value in tag {tag:#018x}"),
+            )),
+        }
     })
 }
 

@@ -113,12 +113,17 @@ fn register_tag_and_release_through_the_abi() {
             last_error()
         );
         assert_eq!(
-            tagspace_tag(a, (1 << 56) - 1, &mut tag),
+            tagspace_tag(a, (1 << 32) - 1, &mut tag),
             TAGSPACE_ERR_RESERVED_INBOX
+        );
+        assert_eq!(
+            tagspace_tag(a, 1 << 32, &mut tag),
+            TAGSPACE_ERR_PAYLOAD_IN_NAMESPACE,
+            "bit 32 is the pair field's"
         );
         let mut inbox = 0;
         assert_eq!(tagspace_inbox_tag(a, &mut inbox), TAGSPACE_OK);
-        assert_eq!(inbox, (id as u64) << 56 | ((1 << 56) - 1));
+        assert_eq!(inbox, (id as u64) << 56 | ((1 << 32) - 1));
 
         let mut m = tagspace_matcher_t::default();
         assert_eq!(tagspace_matcher_exact(a, 7, &mut m), TAGSPACE_OK);
@@ -394,6 +399,7 @@ fn the_global_registry_is_shared_and_its_layout_fixed_once() {
         assert_eq!(CStr::from_ptr(d.name.as_ptr()), c"capi.test.global");
         opts.namespace_width = 9;
         opts.namespace_shift = 55;
+        opts.pair_width = 0; // a valid layout, but another one
         let mut g3 = null_mut();
         assert_eq!(
             tagspace_registry_init_global(&opts, &mut g3),
@@ -496,10 +502,36 @@ fn node_calls_check_their_arguments() {
         let rc = tagspace_node_route(node, lib, 0x1234, 5, &mut ep, &mut tag);
         assert_eq!(rc, TAGSPACE_ERR_NOT_CONNECTED);
         let mut m = tagspace_matcher_t::default();
-        assert_eq!(tagspace_node_matcher(node, lib, 5, &mut m), TAGSPACE_OK);
-        assert_eq!(m.mask, u64::MAX);
         assert_eq!(
-            tagspace_node_matcher(node, 77, 5, &mut m),
+            tagspace_node_matcher(node, lib, 0x1234, 5, &mut m),
+            TAGSPACE_OK
+        );
+        assert_eq!(m.mask, u64::MAX);
+        let mut again = tagspace_matcher_t::default();
+        assert_eq!(
+            tagspace_node_matcher(node, lib, 0x1234, 5, &mut again),
+            TAGSPACE_OK
+        );
+        assert_eq!(again.tag, m.tag, "one pair value per peer");
+        assert_eq!(
+            tagspace_node_matcher(node, lib, 0x5678, 5, &mut again),
+            TAGSPACE_OK
+        );
+        assert_ne!(again.tag, m.tag, "another peer's tag differs");
+        let mut any = tagspace_matcher_t::default();
+        assert_eq!(
+            tagspace_node_matcher_any_peer(node, lib, 5, &mut any),
+            TAGSPACE_OK
+        );
+        assert!(tagspace_matches(any, m.tag) == 1 && tagspace_matches(any, again.tag) == 1);
+        let mut who = 0;
+        assert_eq!(
+            tagspace_node_sender_of(node, m.tag, &mut who),
+            TAGSPACE_ERR_NOT_FOUND,
+            "0x1234 never proved itself here: nobody sends with its value"
+        );
+        assert_eq!(
+            tagspace_node_matcher(node, 77, 0x1234, 5, &mut m),
             TAGSPACE_ERR_NO_SUCH_LIBRARY
         );
         let mut ev = tagspace_peer_event_t::default();
@@ -623,8 +655,12 @@ fn routes_follow_the_peers_registrations_through_the_cache() {
             }
         };
         pump(&|| route(0).0 == TAGSPACE_OK);
+        let ta = token(a);
         let mut m = tagspace_matcher_t::default();
-        assert_eq!(tagspace_node_matcher(b, lb, 7, &mut m), TAGSPACE_OK);
+        assert_eq!(tagspace_node_matcher(b, lb, ta, 7, &mut m), TAGSPACE_OK);
+        let mut who = 0;
+        assert_eq!(tagspace_node_sender_of(b, m.tag, &mut who), TAGSPACE_OK);
+        assert_eq!(who, ta, "the tag a sends to b names a");
         let (rc, ep, tag) = route(7); // a hit now
         assert_eq!(
             (rc, ep, tag),
@@ -644,7 +680,7 @@ fn routes_follow_the_peers_registrations_through_the_cache() {
             tagspace_node_register(b, c"cache.lib".as_ptr(), &mut lb),
             TAGSPACE_OK
         );
-        assert_eq!(tagspace_node_matcher(b, lb, 7, &mut m), TAGSPACE_OK);
+        assert_eq!(tagspace_node_matcher(b, lb, ta, 7, &mut m), TAGSPACE_OK);
         pump(&|| route(7).0 == TAGSPACE_OK);
         assert_eq!(route(7).2, m.tag, "the new id, not a cached old one");
         assert_eq!(tagspace_node_detach(a, epa), TAGSPACE_OK);

@@ -12,8 +12,8 @@
 //! ```
 //!
 //! Numbers are decimal, `0x` hex or `0b` binary (`_` allowed). A layout SPEC is `default` or
-//! `ns=SHIFT:WIDTH[,NAME=SHIFT:WIDTH...][,guard=VALUE/MASK]` (the namespace field, named payload
-//! fields, and guard bits every tagspace tag fixes). A PATTERN is `TAG/MASK` (UCX: mask bits set
+//! `ns=SHIFT:WIDTH[,pair=SHIFT:WIDTH][,NAME=SHIFT:WIDTH...][,guard=VALUE/MASK]` (the namespace
+//! field, the pair field, named payload fields, and guard bits every tagspace tag fixes). A PATTERN is `TAG/MASK` (UCX: mask bits set
 //! must match), `TAG~IGNORE` (libfabric: ignore bits set are free), a row of the foreign table
 //! (`rapidsmpf`, `blazingsql`, ...: `tagspace foreign` lists them), `any` (any 64-bit tag) or
 //! `top32-zero` (the top 32 bits zero).
@@ -36,7 +36,7 @@ usage: tagspace decode <TAG>... [--layout SPEC]
        tagspace foreign
        tagspace check <PATTERN>... [--layout SPEC]
 numbers: decimal, 0x hex or 0b binary
-SPEC: default | ns=SHIFT:WIDTH[,NAME=SHIFT:WIDTH...][,guard=VALUE/MASK]
+SPEC: default | ns=SHIFT:WIDTH[,pair=SHIFT:WIDTH][,NAME=SHIFT:WIDTH...][,guard=VALUE/MASK]
 PATTERN: TAG/MASK (UCX) | TAG~IGNORE (libfabric) | a preset (tagspace foreign) | any | top32-zero";
 
 /// What a command produced: its output and whether `check` found a reachable namespace.
@@ -247,6 +247,26 @@ fn show_layout(layout: &TagLayout) -> String {
     )];
     for bit in ns.shift()..ns.shift() + ns.width() {
         map[63 - bit as usize] = 'N';
+    }
+    match layout.pair_field() {
+        Some(p) => {
+            for bit in p.shift()..p.shift() + p.width() {
+                map[63 - bit as usize] = 'P';
+            }
+            legend.push(format!(
+                "  P  pair: bits {}..{} ({} bits: the value each peer is given, so a process that \
+                 never proved itself here guesses a tag with probability 2^-{} per message)",
+                p.shift() + p.width() - 1,
+                p.shift(),
+                p.width(),
+                p.width()
+            ));
+        }
+        None => legend.push(
+            "  (no pair field: anything that can connect can forge any peer's tags; add \
+             pair=SHIFT:WIDTH)"
+                .into(),
+        ),
     }
     for (i, (name, f)) in layout.fields().enumerate() {
         let c = (b'a' + i as u8) as char;

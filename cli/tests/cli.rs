@@ -114,7 +114,7 @@ fn layout_against_keeps_foreign_wildcards_out() {
         .find(|l| l.starts_with("ns="))
         .unwrap()
         .to_string();
-    assert_eq!(spec, "ns=56:8,guard=0x80000000/0x80000000");
+    assert_eq!(spec, "ns=56:8,pair=32:24,guard=0x80000000/0x80000000");
     assert!(
         out.contains("rapidsmpf (0x0/0xff800000): out of reach: it needs bit 31 to be 0"),
         "{out}"
@@ -125,7 +125,7 @@ fn layout_against_keeps_foreign_wildcards_out() {
     assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
     let o = tagspace(&["layout", "--layout", &spec]);
     assert!(
-        stdout(&o).contains("NNNNNNNN ........ ........ ........ 1......."),
+        stdout(&o).contains("NNNNNNNN PPPPPPPP PPPPPPPP PPPPPPPP 1......."),
         "{}",
         stdout(&o)
     );
@@ -141,7 +141,8 @@ fn layout_against_keeps_foreign_wildcards_out() {
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(
-        stdout(&o).lines().next().unwrap().contains(":10,seq="),
+        stdout(&o).lines().next().unwrap().contains(":10,pair=")
+            && stdout(&o).lines().next().unwrap().contains(",seq="),
         "{}",
         stdout(&o)
     );

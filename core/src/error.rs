@@ -12,6 +12,8 @@ pub enum FieldRef {
     Field(u8),
     /// The guard bits.
     Guard,
+    /// The pair field.
+    Pair,
 }
 
 impl fmt::Display for FieldRef {
@@ -20,6 +22,7 @@ impl fmt::Display for FieldRef {
             FieldRef::Namespace => f.write_str("the namespace field"),
             FieldRef::Field(i) => write!(f, "field #{i}"),
             FieldRef::Guard => f.write_str("the guard bits"),
+            FieldRef::Pair => f.write_str("the pair field"),
         }
     }
 }
@@ -73,6 +76,12 @@ pub enum LayoutError {
         /// Payload bits needed.
         needed: u32,
     },
+    /// A pair field wider than [`MAX_PAIR_BITS`](crate::layout::MAX_PAIR_BITS), or narrower
+    /// than [`MIN_PAIR_BITS`](crate::layout::MIN_PAIR_BITS), or declared twice.
+    PairWidth {
+        /// The width asked for.
+        width: u32,
+    },
     /// Guard bits with an empty mask, or a value with bits outside the mask.
     BadGuard {
         /// The guard mask given.
@@ -95,6 +104,9 @@ impl LayoutError {
             LayoutError::DuplicateFieldName { .. } => "two sub-fields share a name",
             LayoutError::GuardTooWide { .. } => "too many guard bits: too few payload bits left",
             LayoutError::BadGuard { .. } => "guard bits with an empty mask or a value outside it",
+            LayoutError::PairWidth { .. } => {
+                "pair field width outside 16..=32 bits, or two of them"
+            }
         }
     }
 }
@@ -140,6 +152,13 @@ impl fmt::Display for LayoutError {
                 "the guard bits leave {payload_bits} payload bits; a layout needs at least \
                  {needed} (the namespace width + 32)"
             ),
+            LayoutError::PairWidth { width } => write!(
+                f,
+                "pair field of {width} bits: it must be {}..={} bits wide, and a layout has one \
+                 at most",
+                crate::layout::MIN_PAIR_BITS,
+                crate::layout::MAX_PAIR_BITS
+            ),
             LayoutError::BadGuard { mask, value } => write!(
                 f,
                 "guard value {value:#018x} is not inside guard mask {mask:#018x} (or the mask is empty)"
@@ -160,12 +179,13 @@ pub enum TagError {
         /// The field's width in bits.
         width: u32,
     },
-    /// A payload sets bits inside the namespace field (or the layout's guard bits).
+    /// A payload sets bits inside the namespace field (or the layout's guard bits or pair
+    /// field).
     PayloadInNamespaceField {
         /// The payload given.
         payload: u64,
-        /// The bits a payload may not set: the namespace field's mask, and the guard bits
-        /// where the layout has them ([`TagLayout::fixed_mask`](crate::TagLayout::fixed_mask)).
+        /// The bits a payload may not set: the namespace field's mask, the guard bits and the
+        /// pair field where the layout has them (`!`[`TagLayout::payload_mask`](crate::TagLayout::payload_mask)).
         namespace_mask: u64,
     },
     /// The payload equals the namespace's reserved inbox payload; use `inbox()` for that.
@@ -197,8 +217,8 @@ impl fmt::Display for TagError {
                 namespace_mask,
             } => write!(
                 f,
-                "payload {payload:#018x} sets bits of the namespace field or guard bits \
-                 ({namespace_mask:#018x})"
+                "payload {payload:#018x} sets bits the layout reserves: the namespace field, guard \
+                 bits or pair field ({namespace_mask:#018x})"
             ),
             TagError::ReservedInbox => f.write_str(
                 "the payload with every payload bit set is reserved for the namespace inbox",

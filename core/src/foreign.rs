@@ -25,7 +25,10 @@
 //! The table is checked in twice, here and in `FOREIGN.md` (with its sources); a test keeps the
 //! two the same.
 
-use crate::layout::{Reach, TagLayout, MAX_FIELDS, MAX_NAMESPACE_BITS, MIN_NAMESPACE_BITS};
+use crate::layout::{
+    Reach, TagLayout, DEFAULT_PAIR_BITS, MAX_FIELDS, MAX_NAMESPACE_BITS, MIN_NAMESPACE_BITS,
+    MIN_PAIR_BITS,
+};
 use crate::matcher::RawMatcher;
 use crate::LayoutError;
 use core::cmp::Reverse;
@@ -329,7 +332,9 @@ pub const MAX_GUARD_BITS: u32 = 16;
 
 /// A layout with a `width`-bit namespace field under which none of `patterns` can reach a tag
 /// tagspace builds (F1), with the named `fields` (`(name, width)`, placed in declaration order
-/// in the lowest free run of bits that fits). Full wildcards are refused.
+/// in the lowest free run of bits that fits) and a pair field (24 bits where they are free,
+/// down to 16, in the highest free run: see [`TagLayout::pair_field`]). Full wildcards are
+/// refused.
 ///
 /// It tries every position of the namespace field: one that a pattern fixes to zero puts the
 /// pattern out of reach for free (only the unmanaged id 0 is left); each pattern still in reach
@@ -358,7 +363,7 @@ pub fn choose_layout(
         let ns_mask = (u64::MAX >> (64 - width)) << shift;
         match candidate(patterns, ns_mask, shift, width, fields) {
             Ok(layout) => {
-                let used = layout.fixed_mask() | fields_mask(&layout);
+                let used = layout.fixed_mask() | layout.pair_mask() | fields_mask(&layout);
                 let score = Score {
                     guards: layout.guard_mask().count_ones(),
                     low_run: Reverse((!used).trailing_ones()),
@@ -484,6 +489,16 @@ fn candidate(
         builder = builder.field(name, at, w);
         used |= (u64::MAX >> (64 - w)) << at;
     }
+    // The pair field (unguessable tags per pair of processes): as wide as the default where it
+    // fits, in the highest free bits (small payloads live low). Its bits take any value, so a
+    // pattern the namespace field or a guard bit keeps out stays out whatever they hold.
+    let pair = (MIN_PAIR_BITS..=DEFAULT_PAIR_BITS)
+        .rev()
+        .find_map(|w| highest_fit(!used, w).map(|at| (at, w)));
+    let Some((at, w)) = pair else {
+        return Err(ChooseError::NoLayout);
+    };
+    builder = builder.pair(at, w);
     builder.build().map_err(|e| match e {
         LayoutError::GuardTooWide { .. } => ChooseError::NoLayout,
         e => ChooseError::Layout(e),
@@ -493,6 +508,17 @@ fn candidate(
 /// How good a guard bit is: patterns it puts out of reach, then the free run from bit 0 and the
 /// longest free run it leaves, then the higher bit.
 type PickKey = (u32, u32, u32, u32);
+
+/// The highest bit where `width` free bits start.
+fn highest_fit(free: u64, width: u32) -> Option<u32> {
+    if width == 0 || width > 64 {
+        return None;
+    }
+    let want = u64::MAX >> (64 - width);
+    (0..=64 - width)
+        .rev()
+        .find(|&at| (free >> at) & want == want)
+}
 
 /// The lowest bit where `width` free bits start.
 fn lowest_fit(free: u64, width: u32) -> Option<u32> {

@@ -58,6 +58,12 @@ pub const MIN_NAMESPACE_BITS: u32 = 5;
 /// Widest supported namespace field. UCX Active-Message ids are 16 bits, and each namespace
 /// gets `2^(16 - width)` of them.
 pub const MAX_NAMESPACE_BITS: u32 = 16;
+/// Narrowest pair field: a stranger guesses a pair's value with probability 2⁻¹⁶ per message.
+pub const MIN_PAIR_BITS: u32 = 16;
+/// Widest pair field.
+pub const MAX_PAIR_BITS: u32 = 32;
+/// The default layout's pair field: 24 bits, a guess per message succeeds with 2⁻²⁴.
+pub const DEFAULT_PAIR_BITS: u32 = 24;
 /// Most sub-fields a layout can declare.
 pub const MAX_FIELDS: usize = 8;
 /// Longest sub-field name, in bytes.
@@ -176,6 +182,9 @@ impl NamedField {
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct TagLayout {
     namespace: Field,
+    /// The pair field (width 0: the layout has none and its tags are forgeable).
+    pair_shift: u8,
+    pair_width: u8,
     guard_mask: u64,
     guard_value: u64,
     fields: [NamedField; MAX_FIELDS],
@@ -191,8 +200,11 @@ pub struct LayoutBuilder {
 }
 
 impl TagLayout {
-    /// The default: namespace in the top 8 bits (256 ids), payload in the low 56, no sub-fields.
-    pub const DEFAULT: TagLayout = TagLayout::builder(56, 8).build_or_panic();
+    /// The default: namespace in the top 8 bits (256 ids), a 24-bit pair field below it
+    /// (bits 32..56), payload in the low 32 bits, no sub-fields.
+    pub const DEFAULT: TagLayout = TagLayout::builder(56, 8)
+        .pair(32, DEFAULT_PAIR_BITS)
+        .build_or_panic();
 
     /// Starts a layout whose namespace field is `width` bits from bit `shift`.
     pub const fn builder(shift: u32, width: u32) -> LayoutBuilder {
@@ -212,6 +224,8 @@ impl TagLayout {
         LayoutBuilder {
             layout: TagLayout {
                 namespace,
+                pair_shift: 0,
+                pair_width: 0,
                 guard_mask: 0,
                 guard_value: 0,
                 fields: [NamedField::EMPTY; MAX_FIELDS],
@@ -232,9 +246,58 @@ impl TagLayout {
         self.namespace.mask()
     }
 
-    /// Bits available to owners: everything outside the namespace field and the guard bits.
+    /// Bits available to owners: everything outside the namespace field, the guard bits and
+    /// the pair field.
     pub const fn payload_mask(&self) -> u64 {
-        !self.fixed_mask()
+        !(self.fixed_mask() | self.pair_mask())
+    }
+
+    /// The pair field, if the layout has one: bits every data tag fills with a value the
+    /// receiving process chose for the sending one, so that a process that has not proven
+    /// its identity to the receiver cannot make a tag any receive tied to a peer takes, except
+    /// by guessing (probability `2^-width` per message). See [`crate::session`].
+    pub const fn pair_field(&self) -> Option<Field> {
+        if self.pair_width == 0 {
+            None
+        } else {
+            Some(Field {
+                shift: self.pair_shift,
+                width: self.pair_width,
+            })
+        }
+    }
+
+    /// The pair field's bits (0 when the layout has none).
+    pub const fn pair_mask(&self) -> u64 {
+        match self.pair_field() {
+            Some(f) => f.mask(),
+            None => 0,
+        }
+    }
+
+    /// Width of the pair field in bits (0 when the layout has none).
+    pub const fn pair_bits(&self) -> u32 {
+        self.pair_width as u32
+    }
+
+    /// The pair field holding `value` (which must fit: values come from
+    /// [`crate::session`], which checks them); 0 when the layout has no pair field.
+    #[inline]
+    pub const fn pair_value_bits(&self, value: u32) -> u64 {
+        if self.pair_width == 0 {
+            0
+        } else {
+            ((value as u64) << self.pair_shift) & self.pair_mask()
+        }
+    }
+
+    /// The pair value in a raw tag (0 when the layout has no pair field).
+    #[inline]
+    pub const fn pair_of(&self, tag: u64) -> u32 {
+        match self.pair_field() {
+            Some(f) => f.decode(tag) as u32,
+            None => 0,
+        }
     }
 
     /// The guard bits: bits outside the namespace field that every tagspace tag fixes (0 when
@@ -369,6 +432,12 @@ impl TagLayout {
         h = mix(h, self.namespace.shift);
         h = mix(h, self.namespace.width);
         h = mix(h, self.field_count);
+        if self.pair_width != 0 {
+            // layouts without a pair field keep the fingerprints they always had
+            h = mix(h, b'p');
+            h = mix(h, self.pair_shift);
+            h = mix(h, self.pair_width);
+        }
         if self.guard_mask != 0 {
             // layouts without guard bits keep the fingerprints they always had
             let mut k = 0;
@@ -405,6 +474,9 @@ impl fmt::Debug for TagLayout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("TagLayout");
         d.field("namespace", &self.namespace);
+        if let Some(p) = self.pair_field() {
+            d.field("pair", &p);
+        }
         if self.guard_mask != 0 {
             d.field("guard_mask", &format_args!("{:#018x}", self.guard_mask));
             d.field("guard_value", &format_args!("{:#018x}", self.guard_value));
@@ -465,6 +537,13 @@ impl LayoutBuilder {
             });
             return self;
         }
+        if field.mask() & self.layout.pair_mask() != 0 {
+            self.error = Some(LayoutError::Overlap {
+                a: which,
+                b: FieldRef::Pair,
+            });
+            return self;
+        }
         let mut j = 0;
         while j < index {
             let other = &self.layout.fields[j];
@@ -505,6 +584,8 @@ impl LayoutBuilder {
             Some(FieldRef::Namespace)
         } else if mask & self.layout.guard_mask != 0 {
             Some(FieldRef::Guard)
+        } else if mask & self.layout.pair_mask() != 0 {
+            Some(FieldRef::Pair)
         } else {
             let mut j = 0;
             let mut found = None;
@@ -529,10 +610,57 @@ impl LayoutBuilder {
         self
     }
 
+    /// Declares the pair field: `width` bits (16..=32) from bit `shift`, outside the
+    /// namespace field, the guard bits and every named field. Every tag sent to a peer carries
+    /// there the value that peer chose for the sender (see [`TagLayout::pair_field`]).
+    pub const fn pair(mut self, shift: u32, width: u32) -> LayoutBuilder {
+        if self.error.is_some() {
+            return self;
+        }
+        if self.layout.pair_width != 0 || width < MIN_PAIR_BITS || width > MAX_PAIR_BITS {
+            self.error = Some(LayoutError::PairWidth { width });
+            return self;
+        }
+        let field = match Field::checked(shift, width, FieldRef::Pair) {
+            Ok(f) => f,
+            Err(e) => {
+                self.error = Some(e);
+                return self;
+            }
+        };
+        let clash = if field.overlaps(self.layout.namespace) {
+            Some(FieldRef::Namespace)
+        } else if field.mask() & self.layout.guard_mask != 0 {
+            Some(FieldRef::Guard)
+        } else {
+            let mut j = 0;
+            let mut found = None;
+            while j < self.layout.field_count as usize {
+                if field.overlaps(self.layout.fields[j].field) {
+                    found = Some(FieldRef::Field(j as u8));
+                    break;
+                }
+                j += 1;
+            }
+            found
+        };
+        if let Some(b) = clash {
+            self.error = Some(LayoutError::Overlap {
+                a: FieldRef::Pair,
+                b,
+            });
+            return self;
+        }
+        self.layout.pair_shift = field.shift;
+        self.layout.pair_width = field.width;
+        self
+    }
+
     /// The layout, or the first thing wrong with it.
     pub const fn build(self) -> Result<TagLayout, LayoutError> {
         let l = &self.layout;
-        let payload_bits = l.payload_mask().count_ones();
+        // the bits an acknowledgement tag may use: everything but the namespace and guard bits
+        let payload_bits = (!l.fixed_mask()).count_ones();
         let needed = l.namespace.width as u32 + 32;
         match self.error {
             Some(e) => Err(e),
@@ -558,7 +686,8 @@ impl LayoutBuilder {
     }
 }
 
-/// Why a layout SPEC (`ns=SHIFT:WIDTH[,NAME=SHIFT:WIDTH...][,guard=VALUE/MASK]`) was refused.
+/// Why a layout SPEC (`ns=SHIFT:WIDTH[,pair=SHIFT:WIDTH][,NAME=SHIFT:WIDTH...][,guard=VALUE/MASK]`)
+/// was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SpecError<'a> {
     /// The spec does not start with `ns=SHIFT:WIDTH` (nor is it `default`).
@@ -616,16 +745,21 @@ pub fn parse_number(s: &str) -> Option<u64> {
 
 impl TagLayout {
     /// Reads a layout written as `default` or
-    /// `ns=SHIFT:WIDTH[,NAME=SHIFT:WIDTH...][,guard=VALUE/MASK]`: the namespace field, named
-    /// payload fields, and guard bits (every tagspace tag matches `VALUE/MASK`). The same
+    /// `ns=SHIFT:WIDTH[,pair=SHIFT:WIDTH][,NAME=SHIFT:WIDTH...][,guard=VALUE/MASK]`: the
+    /// namespace field, the pair field (a SPEC without one makes forgeable tags: see
+    /// [`TagLayout::pair_field`]), named payload fields, and guard bits (every tagspace tag
+    /// matches `VALUE/MASK`). `default` is `ns=56:8,pair=32:24`. The same
     /// syntax as [`TagLayout::spec`] writes, the `tagspace` command reads and prints, and the
     /// C ABI, the Python package and the Dask plugin take.
     ///
     /// ```
     /// use tagspace_core::TagLayout;
-    /// let l = TagLayout::parse_spec("ns=56:8,guard=0x80000000/0x80000000").unwrap();
+    /// let l = TagLayout::parse_spec("ns=56:8,pair=32:24,guard=0x80000000/0x80000000").unwrap();
     /// assert_eq!(l.guard_mask(), 1 << 31);
-    /// assert_eq!(l.spec().to_string(), "ns=56:8,guard=0x80000000/0x80000000");
+    /// assert_eq!(l.pair_mask(), 0x00ff_ffff_0000_0000);
+    /// assert_eq!(l.spec().to_string(), "ns=56:8,pair=32:24,guard=0x80000000/0x80000000");
+    /// assert_eq!(TagLayout::parse_spec("default"), Ok(TagLayout::DEFAULT));
+    /// assert_eq!(TagLayout::DEFAULT.spec().to_string(), "ns=56:8,pair=32:24");
     /// assert_eq!(TagLayout::parse_spec(&l.spec().to_string()), Ok(l));
     /// assert!(TagLayout::parse_spec("ns=56:8,guard=1/0").is_err());
     /// ```
@@ -655,6 +789,9 @@ impl TagLayout {
             if name == "guard" {
                 let (value, mask) = pair(p, body, '/')?;
                 b = b.guard(mask, value);
+            } else if name == "pair" {
+                let (s, w) = pair(p, body, ':')?;
+                b = b.pair(small(s, p)?, small(w, p)?);
             } else {
                 let (s, w) = pair(p, body, ':')?;
                 b = b.field(name, small(s, p)?, small(w, p)?);
@@ -675,6 +812,9 @@ impl fmt::Display for LayoutSpec<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let l = self.0;
         write!(f, "ns={}:{}", l.namespace.shift, l.namespace.width)?;
+        if let Some(p) = l.pair_field() {
+            write!(f, ",pair={}:{}", p.shift(), p.width())?;
+        }
         for (name, field) in l.fields() {
             write!(f, ",{name}={}:{}", field.shift(), field.width())?;
         }
@@ -767,9 +907,14 @@ impl DecodedTag<'_> {
         self.tag & self.layout.guard_mask == self.layout.guard_value
     }
 
+    /// The pair value (0 when the layout has no pair field).
+    pub fn pair(&self) -> u32 {
+        self.layout.pair_of(self.tag)
+    }
+
     /// Payload bits in no declared sub-field.
     pub fn rest(&self) -> u64 {
-        let mut covered = self.layout.fixed_mask();
+        let mut covered = self.layout.fixed_mask() | self.layout.pair_mask();
         for (_, f) in self.layout.fields() {
             covered |= f.mask();
         }
@@ -780,6 +925,9 @@ impl DecodedTag<'_> {
 impl fmt::Display for DecodedTag<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "ns={}", self.namespace())?;
+        if self.layout.pair_width != 0 {
+            write!(f, " pair={:#x}", self.pair())?;
+        }
         if !self.guard_ok() {
             f.write_str(" (guard bits differ: not a tagspace tag)")?;
         }
@@ -931,7 +1079,7 @@ mod tests {
         assert_eq!(d.to_string(), "ns=3 kind=2 seq=42 rest=0x10000000000");
         assert_eq!(
             TagLayout::DEFAULT.decode(0x0100_0000_0000_0005).to_string(),
-            "ns=1 payload=0x5"
+            "ns=1 pair=0x0 payload=0x5"
         );
     }
 }

@@ -27,17 +27,29 @@ use crate::name::Name;
 use crate::registry::{LeaseToken, Registry};
 use core::fmt;
 
-/// Where a namespace's messages go on one peer: the peer's id for the same name. Made by the
-/// peer directory (or [`Namespace::static_route`] where both sides share a static table).
+/// Where a namespace's messages go on one peer: the peer's id for the same name, and the
+/// pair value the peer chose for this process (0 without one). Made by the peer directory (or
+/// [`Namespace::static_route`] where both sides share a static table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Route {
     local: u16,
     remote: u16,
+    pair: u32,
 }
 
 impl Route {
-    pub(crate) const fn new(local: u16, remote: u16) -> Route {
-        Route { local, remote }
+    pub(crate) const fn new(local: u16, remote: u16, pair: u32) -> Route {
+        Route {
+            local,
+            remote,
+            pair,
+        }
+    }
+
+    /// The pair value tags on this route carry (0: none, a static route or a layout without
+    /// a pair field).
+    pub const fn pair(self) -> u32 {
+        self.pair
     }
 
     /// The peer's id for this namespace.
@@ -62,6 +74,9 @@ pub struct Namespace<'r, const CAP: usize = 256> {
     ns_bits: u64,
     /// `layout.fixed_mask()`: the namespace field and the guard bits.
     ns_mask: u64,
+    /// `layout.pair_mask()` and the field's lowest bit.
+    pair_mask: u64,
+    pair_shift: u8,
     guard: u64,
     ns_shift: u8,
     am_bits: u8,
@@ -78,6 +93,8 @@ impl<'r, const CAP: usize> Namespace<'r, CAP> {
             name,
             ns_bits: layout.base(id),
             ns_mask: layout.fixed_mask(),
+            pair_mask: layout.pair_mask(),
+            pair_shift: layout.pair_field().map_or(0, |f| f.shift()) as u8,
             guard: layout.guard_value(),
             ns_shift: field.shift() as u8,
             am_bits: (16 - field.width()) as u8,
@@ -119,7 +136,8 @@ impl<'r, const CAP: usize> Namespace<'r, CAP> {
     /// batch loops can be if-converted; the error is worked out only when it is needed.
     #[inline(always)]
     fn check_payload(&self, payload: u64) -> Result<(), TagError> {
-        let bad = (payload & self.ns_mask != 0) | (payload == !self.ns_mask);
+        let reserved = self.ns_mask | self.pair_mask;
+        let bad = (payload & reserved != 0) | (payload == !reserved);
         if bad {
             return Err(self.payload_error(payload));
         }
@@ -128,19 +146,21 @@ impl<'r, const CAP: usize> Namespace<'r, CAP> {
 
     #[inline]
     fn payload_error(&self, payload: u64) -> TagError {
-        if payload & self.ns_mask != 0 {
+        let reserved = self.ns_mask | self.pair_mask;
+        if payload & reserved != 0 {
             TagError::PayloadInNamespaceField {
                 payload,
-                namespace_mask: self.ns_mask,
+                namespace_mask: reserved,
             }
         } else {
             TagError::ReservedInbox
         }
     }
 
-    /// The tag for `payload` in this namespace, for local loopback or a static route. Payload
-    /// bits inside the namespace field are an error, never silently dropped (T3); so is the
-    /// all-ones payload, reserved for [`Namespace::inbox`].
+    /// The tag for `payload` in this namespace, for local loopback or a static route (pair
+    /// value 0). Payload bits inside the namespace field, the guard bits or the pair field are
+    /// an error, never silently dropped (T3); so is the all-ones payload, reserved for
+    /// [`Namespace::inbox`].
     #[inline]
     pub fn tag(&self, payload: u64) -> Result<Tag, TagError> {
         self.check_payload(payload)?;
@@ -162,19 +182,78 @@ impl<'r, const CAP: usize> Namespace<'r, CAP> {
     /// This namespace's inbox tag: every payload bit set. Senders address "a new transmission
     /// has begun" here; the receiver probes it with [`Namespace::inbox_matcher`] (a full mask).
     pub fn inbox(&self) -> Tag {
-        Tag::from_raw(self.ns_bits | !self.ns_mask)
+        Tag::from_raw(self.ns_bits | self.payload_mask())
     }
 
-    /// Exact matcher for the inbox tag.
+    /// Exact matcher for the inbox tag (pair value 0: loopback or a static route).
     pub fn inbox_matcher(&self) -> Matcher {
         Matcher::new_unchecked(self.inbox().raw(), u64::MAX)
     }
 
-    /// Matches exactly the tag for `payload` (full mask: UCX's fast path).
+    /// The bits a payload may use: everything outside the namespace field, the guard bits and
+    /// the pair field.
+    #[inline]
+    pub fn payload_mask(&self) -> u64 {
+        !(self.ns_mask | self.pair_mask)
+    }
+
+    #[inline]
+    fn pair_bits(&self, pair: u32) -> u64 {
+        ((pair as u64) << self.pair_shift) & self.pair_mask
+    }
+
+    /// Matches exactly the tag for `payload` (full mask: UCX's fast path), pair value 0
+    /// (loopback or a static route).
     #[inline]
     pub fn matcher_exact(&self, payload: u64) -> Result<Matcher, TagError> {
+        self.matcher_from(0, payload)
+    }
+
+    /// Matches exactly the tag for `payload` sent by the peer this process gave the pair value
+    /// `pair` (full mask: UCX's fast path). Only that peer's messages match it: any other
+    /// process's tags carry another value in the pair field.
+    #[inline]
+    pub fn matcher_from(&self, pair: u32, payload: u64) -> Result<Matcher, TagError> {
         self.check_payload(payload)?;
-        Ok(Matcher::new_unchecked(self.ns_bits | payload, u64::MAX))
+        Ok(Matcher::new_unchecked(
+            self.ns_bits | self.pair_bits(pair) | payload,
+            u64::MAX,
+        ))
+    }
+
+    /// Matches the tag for `payload` from any sender: every bit fixed but the pair field. A
+    /// partial mask when the layout has a pair field (UCX's slower wildcard path, as MPI's
+    /// any-source receives), and it also takes tags a stranger made up: check the received
+    /// tag's [`pair_of`](Self::pair_of) against the values this process gave its peers.
+    #[inline]
+    pub fn matcher_any_peer(&self, payload: u64) -> Result<Matcher, TagError> {
+        self.check_payload(payload)?;
+        Ok(Matcher::new_unchecked(
+            self.ns_bits | payload,
+            !self.pair_mask,
+        ))
+    }
+
+    /// This namespace's inbox tag as sent by the peer that was given `pair`.
+    pub fn inbox_from(&self, pair: u32) -> Tag {
+        Tag::from_raw(self.ns_bits | self.pair_bits(pair) | self.payload_mask())
+    }
+
+    /// Exact matcher for [`inbox_from`](Self::inbox_from).
+    pub fn inbox_matcher_from(&self, pair: u32) -> Matcher {
+        Matcher::new_unchecked(self.inbox_from(pair).raw(), u64::MAX)
+    }
+
+    /// The inbox from any sender (the pair field free; see
+    /// [`matcher_any_peer`](Self::matcher_any_peer)).
+    pub fn inbox_matcher_any_peer(&self) -> Matcher {
+        Matcher::new_unchecked(self.inbox().raw(), !self.pair_mask)
+    }
+
+    /// The pair value in a tag of this namespace (0 when the layout has no pair field).
+    #[inline]
+    pub fn pair_of(&self, tag: Tag) -> u32 {
+        ((tag.raw() & self.pair_mask) >> self.pair_shift) as u32
     }
 
     /// Matches tags of this namespace whose bits under `payload_mask` equal `payload`'s. The
@@ -208,7 +287,7 @@ impl<'r, const CAP: usize> Namespace<'r, CAP> {
     /// The payload of a tag of this namespace.
     #[inline]
     pub fn payload_of(&self, tag: Tag) -> u64 {
-        tag.raw() & !self.ns_mask
+        tag.raw() & self.payload_mask()
     }
 
     /// The UCX Active-Message id for this namespace's local AM id `local`. Each namespace owns
@@ -232,7 +311,7 @@ impl<'r, const CAP: usize> Namespace<'r, CAP> {
     /// The route to use when both sides registered this name at the same id (static mode or a
     /// well-known name): the peer's id is ours.
     pub fn static_route(&self) -> Route {
-        Route::new(self.id, self.id)
+        Route::new(self.id, self.id, 0)
     }
 
     #[inline]
@@ -243,7 +322,7 @@ impl<'r, const CAP: usize> Namespace<'r, CAP> {
                 route: route.local,
             });
         }
-        Ok((route.remote as u64) << self.ns_shift | self.guard)
+        Ok((route.remote as u64) << self.ns_shift | self.guard | self.pair_bits(route.pair))
     }
 
     /// The tag to send `payload` to this namespace on the peer that `route` leads to.
@@ -265,7 +344,9 @@ impl<'r, const CAP: usize> Namespace<'r, CAP> {
 
     /// The peer's inbox tag for this namespace.
     pub fn remote_inbox(&self, route: Route) -> Result<Tag, TagError> {
-        Ok(Tag::from_raw(self.check_route(route)? | !self.ns_mask))
+        Ok(Tag::from_raw(
+            self.check_route(route)? | self.payload_mask(),
+        ))
     }
 
     /// The peer's AM id for this namespace's local AM id `local`.
@@ -356,7 +437,7 @@ mod tests {
         let r: Registry<64> = Registry::new(L);
         let a = r.register("a").unwrap();
         let b = r.register("b").unwrap();
-        let route = Route::new(a.id(), 40);
+        let route = Route::new(a.id(), 40, 0);
         assert_eq!(a.remote_tag(route, 1).unwrap().raw(), (40u64 << 56) | 1);
         assert_eq!(
             b.remote_tag(route, 1).unwrap_err(),

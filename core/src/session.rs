@@ -4,7 +4,7 @@
 //! ([`Session::poll_transmit`]); it never touches a network. Both adapters drive the same code,
 //! so their behaviour cannot drift apart.
 //!
-//! Protocol (version 1), per endpoint:
+//! Protocol (wire version 3), per endpoint:
 //! 1. Each side sends one HELLO: layout fingerprint, role, public key, a fresh nonce, and its
 //!    whole name → id table. That is O(1) messages per endpoint, whatever the number of
 //!    endpoints (P3).
@@ -14,11 +14,17 @@
 //!    its peer is known by its token (P6); until then [`Session::peer`] is `None`, so an adapter
 //!    cannot index, route to or supersede by an unproven claim. Local ids are private: each side
 //!    translates names through the directory, so registration order does not matter (P1).
-//! 3. Afterwards the session keeps the peer in sync with the local registry: it compares what it
+//! 3. Once the peer is proven, each side tells it (a PAIR frame) the value to put in the pair
+//!    field of every tag it sends here ([`Session::grant_pair`]; the engine chooses it). A
+//!    process that has not proven its identity to this one never learns it, so it cannot make
+//!    a tag that a receive tied to the peer takes, except by guessing: `2^-bits` per message
+//!    (`bits` = the layout's pair width, 24 by default). [`Session::route`] routes only once
+//!    the peer's value is in.
+//! 4. Afterwards the session keeps the peer in sync with the local registry: it compares what it
 //!    has told the peer with the registry (by generation) and emits WITHDRAW / ANNOUNCE for the
 //!    differences. Keeping state instead of an event queue bounds memory and never drops a change.
-//! 4. Any frame it cannot accept fails the session and queues a CLOSE naming why.
-//! 5. Id quarantine (R7): a session [`pin`](Registry::pin)s every lease it tells the peer about.
+//! 5. Any frame it cannot accept fails the session and queues a CLOSE naming why.
+//! 6. Id quarantine (R7): a session [`pin`](Registry::pin)s every lease it tells the peer about.
 //!    When one is released it sends WITHDRAW with a fresh `seq`; the peer answers with a
 //!    WITHDRAW-ACK frame and an ack tag message ([`wire::ack_tag`], sent by the adapter from
 //!    [`Session::poll_ack_tag`]), which arrive after everything the peer sent to that id by AM
@@ -52,8 +58,15 @@
 //! assert!(matches!(b.handle(&buf[..n]), Ok(Some(Event::Established { .. }))));
 //! let n = b.poll_transmit(&rb, &mut buf).unwrap().unwrap();
 //! assert!(matches!(a.handle(&buf[..n]), Ok(Some(Event::Established { .. }))));
-//! // b sends engine-x traffic to a's id for the name:
-//! assert_eq!(b.route(&b1).unwrap().remote_id(), 16);
+//! // proven both ways; no route until each side has told the other its pair value (the
+//! // engine chooses them: unique per peer, unguessable)
+//! assert!(b.route(&b1).is_none());
+//! a.grant_pair(0x5eed);
+//! let n = a.poll_transmit(&ra, &mut buf).unwrap().unwrap();
+//! assert_eq!(b.handle(&buf[..n]), Ok(Some(Event::Paired)));
+//! // b sends engine-x traffic to a's id for the name, with a's value in the pair field:
+//! let route = b.route(&b1).unwrap();
+//! assert_eq!((route.remote_id(), route.pair()), (16, 0x5eed));
 //! ```
 
 use crate::identity::{self, Party, ProofError, PUBLIC_KEY_LEN};
@@ -164,6 +177,9 @@ pub enum Event {
         /// The peer's id it had.
         id: u16,
     },
+    /// The peer told this side the value to put in its tags' pair field (a PAIR frame): from
+    /// now on [`Session::route`] routes.
+    Paired,
     /// The peer closed the session.
     Closed {
         /// Why.
@@ -295,6 +311,12 @@ pub struct Session<const CAP: usize = 256> {
     local: Party,
     fingerprint: u64,
     namespace_bits: u8,
+    /// The layout's pair field width (0: none), the value this side gave the peer (and
+    /// whether its PAIR went out), and the value the peer gave this side.
+    pair_bits: u8,
+    pair_granted: Option<u32>,
+    pair_sent: bool,
+    peer_pair: Option<u32>,
     phase: Phase,
     hello_sent: bool,
     proof_sent: bool,
@@ -340,6 +362,10 @@ impl<const CAP: usize> Session<CAP> {
             },
             fingerprint: layout.fingerprint(),
             namespace_bits: layout.namespace_field().width() as u8,
+            pair_bits: layout.pair_bits() as u8,
+            pair_granted: None,
+            pair_sent: false,
+            peer_pair: None,
             phase: Phase::Connecting,
             hello_sent: false,
             proof_sent: false,
@@ -410,15 +436,51 @@ impl<const CAP: usize> Session<CAP> {
         &self.directory
     }
 
-    /// The route for `ns` on this peer, if the session is established (the peer proven) and
-    /// the peer has registered the same name.
+    /// The route for `ns` on this peer, if the session is established (the peer proven), the
+    /// peer has told its pair value (where the layout has a pair field) and it has registered
+    /// the same name.
     pub fn route<const R: usize>(&self, ns: &Namespace<'_, R>) -> Option<Route> {
-        if self.phase != Phase::Established {
+        if !self.is_paired() {
             return None;
         }
+        let pair = self.peer_pair.unwrap_or(0);
         self.directory
             .lookup(ns.name())
-            .map(|remote| Route::new(ns.id(), remote))
+            .map(|remote| Route::new(ns.id(), remote, pair))
+    }
+
+    /// Whether the session routes: established, and the peer's pair value known (or the
+    /// layout has no pair field).
+    pub fn is_paired(&self) -> bool {
+        self.phase == Phase::Established && (self.pair_bits == 0 || self.peer_pair.is_some())
+    }
+
+    /// The pair value the peer told this side to put in its tags (`None` before its PAIR).
+    pub fn peer_pair(&self) -> Option<u32> {
+        self.peer_pair
+    }
+
+    /// Gives the proven peer `value` for the pair field of the tags it sends here: the next
+    /// [`poll_transmit`](Self::poll_transmit) sends it in a PAIR frame. The engine chooses
+    /// values: non-zero, within the layout's pair width, unique per peer on this process (see
+    /// `Connections`). Once per session, and only once the peer is proven (so only a process
+    /// that holds the peer's key ever learns it); ignored otherwise, and when the layout has
+    /// no pair field.
+    pub fn grant_pair(&mut self, value: u32) {
+        let fits = (value as u64) >> self.pair_bits == 0;
+        if self.pair_bits != 0
+            && self.phase == Phase::Established
+            && self.pair_granted.is_none()
+            && value != 0
+            && fits
+        {
+            self.pair_granted = Some(value);
+        }
+    }
+
+    /// The value this side gave the peer, once granted.
+    pub fn pair_granted(&self) -> Option<u32> {
+        self.pair_granted
     }
 
     /// Queues an orderly CLOSE with `reason`; the next `poll_transmit` sends it.
@@ -609,6 +671,34 @@ impl<const CAP: usize> Session<CAP> {
                 self.pong_owed = Some(seq);
                 Ok(None)
             }
+            (Phase::Established, Frame::Pair { value }) => {
+                if self.pair_bits == 0 {
+                    return Err(SessionError::Unexpected {
+                        frame: "PAIR",
+                        why: "this side's layout has no pair field",
+                    });
+                }
+                if self.peer_pair.is_some() {
+                    return Err(SessionError::Unexpected {
+                        frame: "PAIR",
+                        why: "the peer already gave its pair value on this endpoint",
+                    });
+                }
+                if value == 0 || (value as u64) >> self.pair_bits != 0 {
+                    return Err(SessionError::Unexpected {
+                        frame: "PAIR",
+                        why: "the value is 0 or wider than the layout's pair field",
+                    });
+                }
+                self.peer_pair = Some(value);
+                Ok(Some(Event::Paired))
+            }
+            (Phase::Connecting | Phase::Proving, Frame::Pair { .. }) => {
+                Err(SessionError::Unexpected {
+                    frame: "PAIR",
+                    why: "it arrived before the peer proved itself",
+                })
+            }
             (Phase::Connecting, Frame::Ping { .. }) => Err(SessionError::Unexpected {
                 frame: "PING",
                 why: "it arrived before the peer's HELLO",
@@ -658,6 +748,11 @@ impl<const CAP: usize> Session<CAP> {
                 self.proof_sent = true;
                 return Ok(Some(n));
             }
+        }
+        if let (Some(value), false) = (self.pair_granted, self.pair_sent) {
+            let n = Frame::Pair { value }.encode(buf)?;
+            self.pair_sent = true;
+            return Ok(Some(n));
         }
         if let Some(seq) = self.pong_owed {
             let n = Frame::Pong { seq }.encode(buf)?;
@@ -965,6 +1060,11 @@ mod tests {
         let mut b = Session::new(Role::Acceptor, &ident(20), rb.layout());
         settle(&mut a, ra, &mut b, rb);
         assert!(a.is_established() && b.is_established());
+        // what the engine does once a peer is proven: give it its pair value
+        a.grant_pair(0x11);
+        b.grant_pair(0x22);
+        settle(&mut a, ra, &mut b, rb);
+        assert!(a.is_paired() && b.is_paired());
         (a, b)
     }
 

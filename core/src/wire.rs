@@ -3,7 +3,7 @@
 //! never larger than [`MAX_FRAME_LEN`].
 //!
 //! ```text
-//! frame    = magic "TS" | version u8 (=2) | kind u8 | body_len u16 | body      (big endian)
+//! frame    = magic "TS" | version u8 (=3) | kind u8 | body_len u16 | body      (big endian)
 //! HELLO    = fingerprint u64 | role u8 | namespace_bits u8 | public_key [32] | nonce [16]
 //!            | count u16 | entry*count
 //! entry    = id u16 | name_len u8 | name
@@ -14,6 +14,7 @@
 //! PROOF    = signature [64]          (Ed25519 over identity::transcript; see crate::identity)
 //! PING     = seq u32                 (a liveness probe: answer with PONG, same seq)
 //! PONG     = seq u32
+//! PAIR     = value u32               (the pair value the peer puts in its tags to the sender)
 //! ```
 //!
 //! Version 2 added the key, the nonce and PROOF (P6); the token is no longer sent, it is the
@@ -21,7 +22,9 @@
 //! with a non-zero `seq` twice, with a W-ACK frame (ordered after its Active Messages) and with
 //! a tag message [`ack_tag`] (ordered after its tag messages on the same endpoint). PING/PONG
 //! (kinds 7 and 8) are the heartbeat: a peer that stops answering is cut off with reason
-//! `Unresponsive` (see `Session::ping`).
+//! `Unresponsive` (see `Session::ping`). Version 3 added PAIR (kind 9): each side tells the
+//! proven peer which value to put in the layout's pair field, so that the tags of a pair are
+//! unguessable to every other process (see [`crate::session`]).
 //!
 //! ```
 //! use tagspace_core::wire::{decode, Frame, WireError};
@@ -41,7 +44,7 @@ use core::fmt;
 /// The two magic bytes at the start of every frame.
 pub const MAGIC: [u8; 2] = *b"TS";
 /// The version this crate speaks.
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// Bytes before the body.
 pub const HEADER_LEN: usize = 6;
 /// Bytes of a HELLO before its entries.
@@ -59,6 +62,7 @@ const KIND_PROOF: u8 = 5;
 const KIND_WITHDRAW_ACK: u8 = 6;
 const KIND_PING: u8 = 7;
 const KIND_PONG: u8 = 8;
+const KIND_PAIR: u8 = 9;
 
 /// Whether `bytes` is a PING or PONG frame (by its header alone): the heartbeat, which an
 /// adapter counts apart from the frames that change state.
@@ -352,6 +356,12 @@ pub enum Frame<'a> {
         /// The PING's `seq`.
         seq: u32,
     },
+    /// Put `value` in the pair field of every tag you send me. Sent once per endpoint, after
+    /// the sender has verified the receiver's PROOF, so only a proven peer learns it.
+    Pair {
+        /// The value (non-zero, within the layout's pair width: the session checks).
+        value: u32,
+    },
 }
 
 struct Reader<'a> {
@@ -496,6 +506,9 @@ pub fn decode(bytes: &[u8]) -> Result<Frame<'_>, WireError> {
         KIND_PONG => Frame::Pong {
             seq: u32::from_be_bytes(r.array()?),
         },
+        KIND_PAIR => Frame::Pair {
+            value: u32::from_be_bytes(r.array()?),
+        },
         k => return Err(WireError::UnknownKind(k)),
     };
     if r.pos != bytes.len() {
@@ -630,10 +643,11 @@ impl Frame<'_> {
                 w.put(signature)?;
                 Ok(w.finish())
             }
-            Frame::Ping { seq } | Frame::Pong { seq } => {
+            Frame::Ping { seq } | Frame::Pong { seq } | Frame::Pair { value: seq } => {
                 let kind = match self {
                     Frame::Ping { .. } => KIND_PING,
-                    _ => KIND_PONG,
+                    Frame::Pong { .. } => KIND_PONG,
+                    _ => KIND_PAIR,
                 };
                 let mut w = Writer::header(buf, kind)?;
                 w.put(&seq.to_be_bytes())?;
@@ -650,8 +664,10 @@ impl Frame<'_> {
 pub fn ack_tag(layout: &crate::TagLayout, id: u16, seq: u32) -> u64 {
     let ns = layout.namespace_field();
     let value = ((seq as u64) << ns.width()) | id as u64;
-    // fits: a layout keeps at least `width + 32` payload bits (TagLayout's build checks it)
-    layout.base(CONTROL_ID) | scatter(value, layout.payload_mask())
+    // fits: a layout keeps at least `width + 32` bits outside its namespace field and guard
+    // bits (TagLayout's build checks it); the pair field is among them: the unguessable `seq`
+    // protects these tags
+    layout.base(CONTROL_ID) | scatter(value, !layout.fixed_mask())
 }
 
 /// `(id, seq)` of a tag made by [`ack_tag`]; `None` for any other tag.
@@ -660,7 +676,7 @@ pub fn parse_ack_tag(layout: &crate::TagLayout, tag: u64) -> Option<(u16, u32)> 
         return None;
     }
     let width = layout.namespace_field().width();
-    let value = gather(tag, layout.payload_mask());
+    let value = gather(tag, !layout.fixed_mask());
     let id = (value & ((1u64 << width) - 1)) as u16;
     let seq = value >> width;
     (seq <= u32::MAX as u64 && seq != 0 && id > CONTROL_ID).then_some((id, seq as u32))
@@ -808,15 +824,15 @@ mod tests {
             })
         );
         assert_eq!(
-            decode(b"TS\x02\x03\x00\x06\x00\x01\x00\x00\x00\x00"),
+            decode(b"TS\x03\x03\x00\x06\x00\x01\x00\x00\x00\x00"),
             Err(WireError::ReservedId { id: 1 })
         );
         assert_eq!(
-            decode(b"TS\x02\x02\x00\x03\x00\x00\x00"),
+            decode(b"TS\x03\x02\x00\x03\x00\x00\x00"),
             Err(WireError::ReservedId { id: 0 })
         );
         assert_eq!(
-            decode(b"TS\x02\x04\x00\x01\x09"),
+            decode(b"TS\x03\x04\x00\x01\x09"),
             Ok(Frame::Close {
                 reason: CloseReason::Other(9)
             })
@@ -826,6 +842,9 @@ mod tests {
     #[test]
     fn heartbeat_frames_round_trip_and_are_recognised_by_header() {
         let mut buf = [0u8; 16];
+        let n = Frame::Pair { value: 0xabc }.encode(&mut buf).unwrap();
+        assert_eq!(decode(&buf[..n]), Ok(Frame::Pair { value: 0xabc }));
+        assert!(!is_heartbeat(&buf[..n]));
         for f in [Frame::Ping { seq: 1 }, Frame::Pong { seq: u32::MAX }] {
             let n = f.encode(&mut buf).unwrap();
             assert_eq!(n, HEADER_LEN + 4);
@@ -839,9 +858,9 @@ mod tests {
         let n = Frame::Withdraw { id: 2, seq: 1 }.encode(&mut buf).unwrap();
         assert!(!is_heartbeat(&buf[..n]));
         assert!(!is_heartbeat(b"XX\x02\x07"));
-        assert!(!is_heartbeat(b"TS\x02"));
+        assert!(!is_heartbeat(b"TS\x03"));
         assert_eq!(
-            decode(b"TS\x02\x04\x00\x01\x06"),
+            decode(b"TS\x03\x04\x00\x01\x06"),
             Ok(Frame::Close {
                 reason: CloseReason::Unresponsive
             })

@@ -135,6 +135,9 @@ pub enum Op {
     },
     /// Side A (or B) starts a heartbeat (a PING, if none waits for its PONG).
     Ping { b_side: bool },
+    /// Side A (or B) gives its peer a pair value (what the engine does once the peer is
+    /// proven; ignored before, and any value after the first).
+    Grant { b_side: bool, value: u16 },
 }
 
 /// Input of `session`.
@@ -158,7 +161,7 @@ const NAMES: [&str; 8] = [
 type Reg = Registry<32>;
 
 fn layout() -> TagLayout {
-    TagLayout::builder(59, 5).build_or_panic()
+    TagLayout::builder(59, 5).pair(16, 16).build_or_panic()
 }
 
 /// The ack tag messages `from` owes `to` (the tag half of R7's acknowledgement), delivered.
@@ -274,11 +277,28 @@ pub fn check_session(input: &SessionInput) {
                 assert!(!(queued && waiting), "a second PING while one waits");
                 assert_eq!(queued, s.is_established() && !waiting);
             }
+            Op::Grant { b_side, value } => {
+                let s = if b_side { &mut sb } else { &mut sa };
+                let before = s.pair_granted();
+                s.grant_pair(value as u32);
+                let after = s.pair_granted();
+                match before {
+                    Some(v) => assert_eq!(after, Some(v), "a pair value changed"),
+                    None if s.is_established() && value != 0 => {
+                        assert_eq!(after, Some(value as u32))
+                    }
+                    None => assert_eq!(after, None, "granted before the peer was proven"),
+                }
+            }
         }
     }
-    // Deliver everything, both ways, until quiet.
+    // Deliver everything, both ways, until quiet; each side gives its value once its peer is
+    // proven (a no-op where one already did), so each routes with the value the other gave.
     loop {
         let mut moved = false;
+        for (s, v) in [(&mut sa, 0x00a1), (&mut sb, 0x00b2)] {
+            s.grant_pair(v);
+        }
         while let Some(len) = sa.poll_transmit(&ra, &mut buf).unwrap() {
             sb.handle(&buf[..len]).unwrap();
             moved = true;
@@ -302,6 +322,9 @@ pub fn check_session(input: &SessionInput) {
     assert_eq!(ra.quarantined_count(), 0, "ids left in quarantine on A");
     assert_eq!(rb.quarantined_count(), 0, "ids left in quarantine on B");
     assert!(sa.is_established() && sb.is_established());
+    assert!(sa.is_paired() && sb.is_paired(), "a PAIR was lost");
+    assert_eq!(sa.peer_pair(), sb.pair_granted());
+    assert_eq!(sb.peer_pair(), sa.pair_granted());
     // Every PING was answered once everything was delivered.
     assert!(
         !sa.ping_outstanding() && !sb.ping_outstanding(),

@@ -9,7 +9,7 @@ and of tagspace alternate; the medians of the blocks are compared.
   the shuffled parts in the workers' memory; both results are checked.
 * Sends on the plugin's endpoints between two workers (on their event loops): ucxx's own
   ``ep.send``/``ep.recv`` with one fixed tag (plain) and with the tag tagspace gives for every
-  message (``lib.raw.tag(peer, k)`` to send, ``lib.matcher(k)`` to receive): 8 B ping-pong
+  message (``lib.raw.tag(peer, k)`` to send, ``lib.raw.matcher(peer, k)`` to receive): 8 B ping-pong
   latency and 1 MiB streaming bandwidth.
 
     python benchmarks/bench_dask.py            # full run (needs pyarrow for dask.dataframe)
@@ -52,7 +52,7 @@ async def _pairs(a, b, rounds, size, tagged, stream, dask_worker=None):
             return lib.raw.tag(token, k)
 
         def inn(k):
-            return lib.matcher(k)[0]
+            return lib.raw.matcher(token, k)[0]
     else:
         def out(k):
             return FIXED_OUT if me == a else FIXED_IN

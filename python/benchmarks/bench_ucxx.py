@@ -2,7 +2,7 @@
 
 Two processes on ucxx endpoints (over TCP, or shm with --transport shm). Plain: ucxx's
 `ep.send`/`ep.recv` with one fixed tag (`force_tag=True`). tagspace: the same calls with the
-tag looked up for every message (`lib.tag(peer, k)` on the sender, `lib.matcher(k)` on the
+tag looked up for every message (`lib.tag(peer, k)` on the sender, `lib.matcher(peer, k)` on the
 receiver). Blocks of plain and tagspace alternate; the medians of the blocks are compared.
 
     python benchmarks/bench_ucxx.py                 # full run
@@ -113,12 +113,12 @@ async def worker():
             if args.rank == 0:
                 t0 = time.perf_counter()
                 stag = lib.tag(peer, pay) if routed else FIXED
-                rtag = lib.matcher(pay)[0] if routed else FIXED
+                rtag = lib.matcher(peer, pay)[0] if routed else FIXED
                 spent[routed] += time.perf_counter() - t0
                 await ep.send(small, tag=stag, force_tag=True)
                 await ep.recv(small, tag=rtag, force_tag=True)
             else:
-                rtag = lib.matcher(pay)[0] if routed else FIXED
+                rtag = lib.matcher(peer, pay)[0] if routed else FIXED
                 await ep.recv(small, tag=rtag, force_tag=True)
                 stag = lib.tag(peer, pay) if routed else FIXED
                 await ep.send(small, tag=stag, force_tag=True)
@@ -135,7 +135,7 @@ async def worker():
         else:
             bufs = [bytearray(BIG) for _ in range(STREAM)]
             await asyncio.gather(*(
-                ep.recv(bufs[k], tag=lib.matcher(k)[0] if routed else FIXED + 1 + k,
+                ep.recv(bufs[k], tag=lib.matcher(peer, k)[0] if routed else FIXED + 1 + k,
                         force_tag=True)
                 for k in range(STREAM)
             ))

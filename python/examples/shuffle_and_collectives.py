@@ -106,7 +106,7 @@ async def worker():
 
     async def recv_partition(r, k):
         buf = bytearray(16 * 512)
-        tag, _ = shuffle.matcher(r * 1000 + k)
+        tag, _ = shuffle.matcher(token[r], r * 1000 + k)  # only r's message matches
         await eps[r].recv(buf, tag=tag, force_tag=True)
         return bytes(buf[:16]) == struct.pack("<QQ", r, k)
 
@@ -117,7 +117,7 @@ async def worker():
 
     async def recv_value(r):
         buf = bytearray(8)
-        tag, _ = coll.matcher(r)
+        tag, _ = coll.matcher(token[r], r)
         await eps[r].recv(buf, tag=tag, force_tag=True)
         return struct.unpack("<q", buf)[0]
 

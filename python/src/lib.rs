@@ -277,6 +277,14 @@ impl Node {
         Ok(lib)
     }
 
+    /// The proven peer (a token) that sent a message with `tag`, or None: no proven peer was
+    /// given the pair value it carries, so a process that never proved its identity here made
+    /// it up (drop the message).
+    fn sender_of(&self, py: Python<'_>, tag: u64) -> PyResult<Option<u64>> {
+        let n = self.get()?;
+        Ok(py.detach(|| n.sender_of(tag)))
+    }
+
     /// Tokens of peers with an established connection.
     fn peers(&self, py: Python<'_>) -> PyResult<Vec<u64>> {
         let n = self.get()?;
@@ -441,10 +449,19 @@ impl Library {
         Library::announced(peer, self.with(|l| l.route(peer, payload))?.map_err(err)?)
     }
 
-    /// The tag and mask (always full) that receive `payload` sent to this library here, for
-    /// ucxx's own `recv(buf, tag=..., force_tag=True)`.
-    fn matcher(&self, payload: u64) -> PyResult<(u64, u64)> {
-        self.with(|l| l.matcher(payload))?.map_err(err)
+    /// The tag and mask (full) that receive `payload` sent to this library here by `peer` (a
+    /// token), for ucxx's own `recv(buf, tag=..., force_tag=True)`. Only `peer`'s messages
+    /// match: the tag carries, in the layout's pair field, the value this node gives `peer`
+    /// alone once it has proven its identity.
+    fn matcher(&self, peer: u64, payload: u64) -> PyResult<(u64, u64)> {
+        self.with(|l| l.matcher(peer, payload))?.map_err(err)
+    }
+
+    /// The tag and mask that receive `payload` sent to this library here by any peer: every
+    /// bit fixed but the pair field (a partial mask). It also takes a message a stranger made
+    /// up: check the received tag with `Node.sender_of` and drop the message when that is None.
+    fn matcher_any_peer(&self, payload: u64) -> PyResult<(u64, u64)> {
+        self.with(|l| l.matcher_any_peer(payload))?.map_err(err)
     }
 
     /// The peer's inbox tag for this library ("a new transmission has begun"), for ucxx's
@@ -453,9 +470,16 @@ impl Library {
         Library::announced(peer, self.with(|l| l.route_inbox(peer))?.map_err(err)?)
     }
 
-    /// The tag and mask (full) of this library's inbox here, for ucxx's own recv or probe.
-    fn inbox_matcher(&self) -> PyResult<(u64, u64)> {
-        self.with(|l| l.inbox_matcher())?.map_err(err)
+    /// The tag and mask (full) of this library's inbox here as `peer` sends to it, for ucxx's
+    /// own recv or probe.
+    fn inbox_matcher(&self, peer: u64) -> PyResult<(u64, u64)> {
+        self.with(|l| l.inbox_matcher(peer))?.map_err(err)
+    }
+
+    /// This library's inbox here from any peer (the pair field free; check what it takes with
+    /// `Node.sender_of`).
+    fn inbox_matcher_any_peer(&self) -> PyResult<(u64, u64)> {
+        self.with(|l| l.inbox_matcher_any_peer())?.map_err(err)
     }
 
     /// Sends `data` (bytes) to `payload` in this library's namespace on `peer`, waiting up to

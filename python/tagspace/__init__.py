@@ -11,7 +11,8 @@ Two ways to move data, both namespaced:
 
       tag = lib.tag(peer, payload)                 # on the sender
       await ep.send(buf, tag=tag, force_tag=True)
-      tag, _mask = lib.matcher(payload)            # on the receiver (full mask)
+      tag, _mask = lib.matcher(peer, payload)      # on the receiver (full mask: only
+                                                   # that peer's messages match)
       await ep.recv(buf, tag=tag, force_tag=True)
 
 * tagspace's own send/recv with Python buffers (``lib.send``/``lib.recv``/``lib.wait`` and
@@ -256,6 +257,12 @@ class Node:
         """Tokens of peers with an established connection."""
         return self._raw.peers()
 
+    def sender_of(self, tag: int) -> Optional[int]:
+        """The proven peer (a token) that sent a message with ``tag``, or None: no proven
+        peer was given the pair value it carries, so a process that never proved its
+        identity here made it up (drop the message)."""
+        return self._raw.sender_of(tag)
+
     def stats(self) -> dict:
         return self._raw.stats()
 
@@ -340,20 +347,34 @@ class Library:
 
         return await _poll(self._node, ready, timeout, f"{self.name} on peer {peer:#x}")
 
-    def matcher(self, payload: int) -> Tuple[int, int]:
-        """``(tag, mask)`` receiving ``payload`` sent to this library here (the mask is full:
-        ucxx's ``recv(..., tag=tag, force_tag=True)`` matches exactly)."""
-        return self._raw.matcher(payload)
+    def matcher(self, peer: int, payload: int) -> Tuple[int, int]:
+        """``(tag, mask)`` receiving ``payload`` sent to this library here by ``peer`` (a
+        token). The mask is full (ucxx's ``recv(..., tag=tag, force_tag=True)`` matches
+        exactly), and only ``peer``'s messages match: the tag carries, in the layout's pair
+        field, a value this node gives ``peer`` alone once it has proven its identity."""
+        return self._raw.matcher(peer, payload)
+
+    def matcher_any_peer(self, payload: int) -> Tuple[int, int]:
+        """``(tag, mask)`` receiving ``payload`` sent here by any peer: every bit fixed but
+        the pair field (a partial mask). It also takes a message a process that never proved
+        its identity here made up: check the received tag with ``Node.sender_of`` and drop
+        the message when that is None."""
+        return self._raw.matcher_any_peer(payload)
 
     def inbox_tag(self, peer: int) -> int:
         """The peer's inbox tag for this library ("a new transmission has begun": one tag per
         library, whatever the payload), for ucxx's own ``send(..., force_tag=True)``."""
         return self._raw.inbox_tag(peer)
 
-    def inbox_matcher(self) -> Tuple[int, int]:
-        """``(tag, mask)`` of this library's inbox here, for ucxx's own recv or
-        ``tag_probe``."""
-        return self._raw.inbox_matcher()
+    def inbox_matcher(self, peer: int) -> Tuple[int, int]:
+        """``(tag, mask)`` of this library's inbox here as ``peer`` sends to it, for ucxx's
+        own recv or ``tag_probe``."""
+        return self._raw.inbox_matcher(peer)
+
+    def inbox_matcher_any_peer(self) -> Tuple[int, int]:
+        """``(tag, mask)`` of this library's inbox from any peer (the pair field free; check
+        what it takes with ``Node.sender_of``)."""
+        return self._raw.inbox_matcher_any_peer()
 
     def send(self, peer: int, payload: int, data: Buffer, timeout_ms: int = 10000) -> Op:
         """Starts sending ``data`` (any buffer; copied) to ``payload`` on ``peer``."""

@@ -128,7 +128,7 @@ class Plugin(WorkerPlugin):
         self.foreign = list(foreign)
         if layout is not None or self.foreign:
             # The error (a bad SPEC, a pattern in reach) is the caller's, here, not a worker's.
-            check_layout(layout if layout is not None else "ns=56:8", *self.foreign)
+            check_layout(layout if layout is not None else "default", *self.foreign)
         if not 0 < heartbeat_interval_ms < heartbeat_timeout_ms:
             raise ValueError(
                 f"heartbeat_interval_ms ({heartbeat_interval_ms}) must be positive and below "
@@ -520,9 +520,25 @@ class WorkerLibrary:
     async def atag(self, worker: str, payload: int, timeout: float = 30.0) -> int:
         return await self.raw.atag(await self.atoken(worker), payload, timeout)
 
-    def matcher(self, payload: int) -> Tuple[int, int]:
-        """``(tag, full mask)`` receiving ``payload`` here (from any worker)."""
-        return self.raw.matcher(payload)
+    def matcher(self, worker: str, payload: int, timeout: float = 30.0) -> Tuple[int, int]:
+        """``(tag, full mask)`` receiving ``payload`` here from ``worker`` only (its
+        messages carry a pair value this worker gave it alone)."""
+        return self.raw.matcher(self.token(worker, timeout), payload)
+
+    async def amatcher(self, worker: str, payload: int) -> Tuple[int, int]:
+        """Awaitable ``matcher`` (connects to ``worker`` the first time)."""
+        return self.raw.matcher(await self.atoken(worker), payload)
+
+    def matcher_any_worker(self, payload: int) -> Tuple[int, int]:
+        """``(tag, mask)`` receiving ``payload`` here from any worker: the pair field free
+        (a partial mask); check the received tag with ``sender_of``."""
+        return self.raw.matcher_any_peer(payload)
+
+    def sender_of(self, tag: int) -> Optional[str]:
+        """The worker whose message arrived with ``tag``, or None for a tag no proven peer
+        can have made (drop that message)."""
+        token = self._st.node.sender_of(tag)
+        return None if token is None else self._st.token_addr.get(token)
 
     # -- tagspace's own send/recv ---------------------------------------------------------------
 

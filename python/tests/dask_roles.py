@@ -186,7 +186,7 @@ async def round_async(rnd: int, raw: bool, n: int, timeout: float = 60.0,
         ep = await lib.aendpoint(o)
         out = bytearray(body(name, 1, rank, r, k, rnd))
         inbuf = bytearray(BODY)
-        tag_in, mask = lib.matcher(payload(1, r, k, rnd))
+        tag_in, mask = await lib.amatcher(o, payload(1, r, k, rnd))
         assert mask == FULL
         send = asyncio.ensure_future(
             ep.send(out, tag=await lib.atag(o, payload(1, rank, k, rnd)), force_tag=True))
@@ -274,8 +274,8 @@ def leftovers(rnds, peers=None, dask_worker=None) -> int:
             for rnd in rnds:
                 for path in (0, 1):
                     for k in range(64):
-                        t, _ = lib.matcher(payload(path, rank_of(o), k, rnd))
-                        if worker.tag_probe(ucx_api.UCXXTag(t)).matched:
+                        t, m = lib.matcher_any_worker(payload(path, rank_of(o), k, rnd))
+                        if worker.tag_probe(ucx_api.UCXXTag(t), ucx_api.UCXXTagMask(m)).matched:
                             dup += 1
     return dup
 

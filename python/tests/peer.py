@@ -73,8 +73,8 @@ def body(src, lib, payload):
 
 
 def payload_of(src, k, round_):
-    # The receiver cannot tell senders apart by tag (one namespace per library): the payload
-    # names the sender.
+    # The payload names the sender too, so that a message taken by the wrong receive would
+    # show (the pair field already keeps each sender's tags apart).
     return round_ * 10_000_000 + src * 100_000 + k
 
 
@@ -125,7 +125,7 @@ async def main():
             ep = eps[r]
             out = body(rank, i, payload_of(rank, k, round_))
             inbuf = bytearray(24)
-            tag_in, mask = lib.matcher(payload_of(r, k, round_))
+            tag_in, mask = lib.matcher(token[r], payload_of(r, k, round_))
             assert mask == (1 << 64) - 1
             await asyncio.gather(
                 ep.send(bytearray(out), tag=lib.tag(token[r], payload_of(rank, k, round_)),
@@ -166,15 +166,18 @@ async def main():
 
         async def inbox_path(i, lib):
             # One "a new transmission has begun" per peer on ucxx's own calls: the inbox tag
-            # is per library (any sender), so the bodies say who sent them.
-            tag_in, _ = lib.inbox_matcher()
+            # is per library and per sender (its pair value), so each peer's goes to its own
+            # receive; the bodies say who sent them.
             sends = [
                 eps[r].send(bytearray(body(rank, i, round_)), tag=lib.inbox_tag(token[r]),
                             force_tag=True)
                 for r in peers
             ]
             bufs = [bytearray(24) for _ in peers]
-            recvs = [eps[r].recv(b, tag=tag_in, force_tag=True) for r, b in zip(peers, bufs)]
+            recvs = [
+                eps[r].recv(b, tag=lib.inbox_matcher(token[r])[0], force_tag=True)
+                for r, b in zip(peers, bufs)
+            ]
             await asyncio.gather(*sends, *recvs)
             return sorted(bytes(b) for b in bufs) == sorted(body(r, i, round_) for r in peers)
 
@@ -257,7 +260,7 @@ async def main():
             for round_ in (0, 1) if args.victim >= 0 else (0,):
                 for k in range(args.msgs):
                     for pay in (payload_of(r, k, round_), 5_000_000 + payload_of(r, k, round_)):
-                        t, _ = libs[name].matcher(pay)
+                        t, _ = libs[name].matcher(token[r], pay)
                         if worker.tag_probe(Tag(t)).matched:
                             dup += 1
     result["duplicates"] = dup

@@ -46,9 +46,15 @@ def test_namespaces_tags_and_matchers(node):
     cuml = node.register("cuml")
     assert (dask.name, cuml.name) == ("dask", "cuml")
     assert dask.namespace_id != cuml.namespace_id
-    t1, m1 = dask.matcher(7)
-    t2, _ = cuml.matcher(7)
+    t1, m1 = dask.matcher(12345, 7)  # a peer not met yet: its pair value is made now
+    t2, _ = cuml.matcher(12345, 7)
     assert m1 == (1 << 64) - 1 and t1 != t2
+    assert dask.matcher(12345, 7) == (t1, m1), "one pair value per peer"
+    assert dask.matcher(67890, 7)[0] != t1, "another peer's messages carry another value"
+    ta, ma = dask.matcher_any_peer(7)
+    assert ma != (1 << 64) - 1 and t1 & ma == ta, "any peer: the pair field free"
+    assert node.sender_of(t1) is None, "12345 never proved itself here"
+    assert dask.inbox_matcher(12345)[1] == (1 << 64) - 1
     assert dask.counters() == {"sent": 0, "received": 0, "failed": 0}
     # Routing before any peer: a clear error, not a tag.
     with pytest.raises(tagspace.NotConnectedError):
@@ -60,7 +66,9 @@ def test_bad_input_is_an_exception(node):
     with pytest.raises(ValueError, match="name"):
         node.register("")
     with pytest.raises(ValueError):
-        lib.matcher(1 << 63)  # a payload reaching into the namespace field
+        lib.matcher(1, 1 << 63)  # a payload reaching into the namespace field
+    with pytest.raises(ValueError):
+        lib.matcher(1, 1 << 40)  # ... or the pair field
     with pytest.raises(ValueError, match="worker handle is 0"):
         tagspace.Node(0)
     with pytest.raises(TypeError):
@@ -98,7 +106,7 @@ def test_closed_node_and_library(ucxx_ready):
     with pytest.raises(tagspace.ClosedError):
         n.register("cuml")
     with pytest.raises(tagspace.ClosedError):
-        lib2.matcher(1)
+        lib2.matcher(1, 1)
     with pytest.raises(tagspace.ClosedError):
         _ = n.token
 
@@ -130,9 +138,9 @@ def test_import_order_does_not_matter():
 
 def test_layout_against_foreign_libraries(node):
     # rapidsmpf's recv_any reaches the default layout; the chosen one is out of its reach
-    assert tagspace.layout_against("rapidsmpf") == "ns=24:8"
+    assert tagspace.layout_against("rapidsmpf") == "ns=24:8,pair=40:24"
     both = tagspace.layout_against("rapidsmpf", "blazingsql", "ucxx")
-    assert both == "ns=56:8,guard=0x80000000/0x80000000"
+    assert both == "ns=56:8,pair=32:24,guard=0x80000000/0x80000000"
     tagspace.check_layout(both, "rapidsmpf", "blazingsql", "0x0/0xffffffff00000000")
     with pytest.raises(ValueError, match="not safe beside rapidsmpf"):
         tagspace.check_layout("default", "rapidsmpf")
@@ -158,7 +166,7 @@ def test_a_process_with_a_chosen_layout():
         "import ucxx, tagspace; ucxx.init(); "
         "spec = tagspace.layout_against('rapidsmpf'); "
         "n = tagspace.Node(layout=spec, foreign=['rapidsmpf']); "
-        "lib = n.register('shuffle'); t, m = lib.matcher(5); "
+        "lib = n.register('shuffle'); t, m = lib.matcher_any_peer(5); "
         "assert (t >> 24) & 0xff == lib.namespace_id and t & 0xffffff == 5, hex(t); "
         "n.close(); print('ok', hex(t))"
     )

@@ -70,8 +70,11 @@ pub trait Cluster {
     ) -> Op;
     /// Sends to `lib`'s inbox in `to`.
     fn send_inbox(&mut self, p: Proc, lib: Lib, to: Proc, data: &[u8], timeout_ms: u64) -> Op;
-    /// Posts an exact receive.
+    /// Posts a receive from any proven peer (the pair field free; a stranger's message is
+    /// dropped and the receive waits on).
     fn recv(&mut self, p: Proc, lib: Lib, payload: u64) -> Op;
+    /// Posts an exact receive (full mask) for `from`'s message only.
+    fn recv_from(&mut self, p: Proc, lib: Lib, from: Proc, payload: u64) -> Op;
     /// Takes a finished operation's result.
     fn take(&mut self, p: Proc, op: Op) -> Option<OpResult>;
     /// Takes an inbox message if one waits.
@@ -131,6 +134,7 @@ macro_rules! conformance_suite {
     ($make:expr) => {
         $crate::conformance_suite!(@cases $make;
             isolation_three_libraries_one_endpoint,
+            a_peers_tags_match_only_its_own_receives,
             legacy_wildcard_probe_outside_tagspace,
             different_registration_orders,
             send_to_missing_name_waits_then_fails,

@@ -122,6 +122,11 @@ impl Cluster for MockCluster {
         self.nodes[p].recv(&mut self.fabric, LibId(lib), payload).0
     }
 
+    fn recv_from(&mut self, p: Proc, lib: Lib, from: Proc, payload: u64) -> Op {
+        let peer = Self::token(from);
+        (self.nodes[p].recv_from(&mut self.fabric, LibId(lib), peer, payload)).0
+    }
+
     fn take(&mut self, p: Proc, op: Op) -> Option<OpResult> {
         self.nodes[p]
             .take(OpId(op))

@@ -75,6 +75,54 @@ pub fn isolation_three_libraries_one_endpoint<C: Cluster + ?Sized>(c: &mut C) {
     assert_eq!(c.unexpected(b), 0);
 }
 
+/// Each peer's tags are its own (the pair field): two peers send the same payload to the same
+/// library, and receives tied to each sender take only that sender's message — the one posted
+/// first does not take the other peer's, which arrives first. A receive from any peer takes
+/// either; a copy of the tag with a pair value nobody was given (what a process that never
+/// proved itself here can send, here through a proven peer's endpoint) is taken by none, and
+/// the drain counts it.
+pub fn a_peers_tags_match_only_its_own_receives<C: Cluster + ?Sized>(c: &mut C) {
+    let p = mesh(c, 3);
+    let (a, b, x) = (p[0], p[1], p[2]);
+    let la = c.register(a, "lib").unwrap();
+    let lb = c.register(b, "lib").unwrap();
+    let lx = c.register(x, "lib").unwrap();
+    c.settle();
+    let from_a = c.recv_from(b, lb, a, 7);
+    let from_x = c.recv_from(b, lb, x, 7);
+    // x's message comes first: it must wait for the receive tied to x, not take a's.
+    let s = c.send(x, lx, b, 7, b"from-x", T);
+    ok(c, x, s);
+    c.settle();
+    assert_eq!(
+        c.take(b, from_a),
+        None,
+        "a's receive took another peer's message"
+    );
+    assert_eq!(ok(c, b, from_x).unwrap(), b"from-x");
+    let s = c.send(a, la, b, 7, b"from-a", T);
+    ok(c, a, s);
+    assert_eq!(ok(c, b, from_a).unwrap(), b"from-a");
+    // A receive from any peer takes a proven peer's message, never a made-up one.
+    let layout = c.layout();
+    let forged = layout.base(c.namespace_id(b, lb)) | 9;
+    let strays = c.stray(b);
+    let any = c.recv(b, lb, 9);
+    c.legacy_send(x, b, forged, b"forged");
+    c.settle();
+    assert_eq!(
+        c.take(b, any),
+        None,
+        "a receive from any peer took a forged tag"
+    );
+    assert!(c.stray(b) > strays, "the forged message is counted");
+    let s = c.send(a, la, b, 9, b"real", T);
+    ok(c, a, s);
+    assert_eq!(ok(c, b, any).unwrap(), b"real");
+    c.settle();
+    assert_eq!(c.unexpected(b), 0, "nothing forged left waiting");
+}
+
 /// A legacy library outside tagspace shares the worker: its peeking wildcard probes lose
 /// nothing, its own tags (namespace field 0) never reach a tagspace library, and its full
 /// wildcard probe *with remove* does steal — which is why libraries must use tagspace.

@@ -255,6 +255,13 @@ impl Cluster for UcxCluster {
         self.node(p).recv(LibId(lib), payload, RECV_CAP).0
     }
 
+    fn recv_from(&mut self, p: Proc, lib: Lib, from: Proc, payload: u64) -> Op {
+        let peer = Self::token(from);
+        self.node(p)
+            .recv_from(LibId(lib), peer, payload, RECV_CAP)
+            .0
+    }
+
     fn take(&mut self, p: Proc, op: Op) -> Option<OpResult> {
         self.nodes[p]
             .as_mut()?

@@ -37,10 +37,10 @@ fn arrival_cost(pending: u64, partial: bool) -> u64 {
         }
     } else {
         for i in 0..pending {
-            c.recv(b, blazing_b, i << 16);
+            c.recv_from(b, blazing_b, a, i << 16);
         }
     }
-    let r = c.recv(b, dask_b, 42);
+    let r = c.recv_from(b, dask_b, a, 42);
     let before = c.fabric.comparisons(worker);
     c.send(a, dask_a, b, 42, b"x", 1000);
     let cost = c.fabric.comparisons(worker) - before;

@@ -15,7 +15,12 @@ pub fn dask_node() -> (Node, LibId) {
 
 /// [`dask_node`], with its configuration changed by `edit` first.
 pub fn dask_node_with(edit: impl FnOnce(&mut NodeConfig)) -> (Node, LibId) {
-    let reg: &'static Registry<256> = Box::leak(Box::new(Registry::new(TagLayout::DEFAULT)));
+    dask_node_on(TagLayout::DEFAULT, edit)
+}
+
+/// [`dask_node_with`] on a registry of `layout`.
+pub fn dask_node_on(layout: TagLayout, edit: impl FnOnce(&mut NodeConfig)) -> (Node, LibId) {
+    let reg: &'static Registry<256> = Box::leak(Box::new(Registry::new(layout)));
     let ucx = Config {
         rndv_thresh: Some(8192),
         ..Config::tcp()

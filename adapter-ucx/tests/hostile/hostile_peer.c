@@ -7,6 +7,11 @@
  *   hostile_peer IP PORT am ID[,ID...]   one 8-byte Active Message on each id, with and without
  *                                        the reply flag
  *   hostile_peer IP PORT tags N SEED     N eager tag messages with random 64-bit tags
+ *   hostile_peer IP PORT forge BASE SHIFT FIRST COUNT COPIES G[,G...]
+ *                                        forged copies of an honest pair's tags: for each
+ *                                        guessed pair value G, COPIES times, the tags
+ *                                        BASE | G << SHIFT | p for p in FIRST..FIRST+COUNT,
+ *                                        each an 8-byte "FORGED!!" (never a handshake)
  *   hostile_peer IP PORT churn N         N times: connect, wait until wired up, close at once
  *   hostile_peer IP PORT early N ID      at once after connecting, N 16-byte AMs on id ID (the
  *                                        victim's control id), before anything else
@@ -302,6 +307,30 @@ int main(int argc, char **argv)
                            "ucp_tag_send_nbx");
         }
         printf("sent %ld tag messages\n", i);
+    } else if (strcmp(argv[3], "forge") == 0 && argc >= 10) {
+        uint64_t base = strtoull(argv[4], NULL, 0), first = strtoull(argv[6], NULL, 0);
+        unsigned shift = (unsigned)strtoul(argv[5], NULL, 0);
+        long count = atol(argv[7]), copies = atol(argv[8]), sent = 0, c, p;
+        static const char forged[8] = {'F', 'O', 'R', 'G', 'E', 'D', '!', '!'};
+        uint64_t guesses[64];
+        int ng = 0, g;
+        char *tok;
+        for (tok = strtok(argv[9], ","); tok != NULL && ng < 64; tok = strtok(NULL, ","))
+            guesses[ng++] = strtoull(tok, NULL, 0);
+        if (shift > 63) {
+            fprintf(stderr, "hostile_peer: shift %u\n", shift);
+            return 2;
+        }
+        for (g = 0; g < ng && rc == 0; g++)
+            for (c = 0; c < copies && rc == 0; c++)
+                for (p = 0; p < count && rc == 0; p++) {
+                    uint64_t tag = base | (guesses[g] << shift) | (first + (uint64_t)p);
+                    memset(&rp, 0, sizeof(rp));
+                    rc |= wait_req(ucp_tag_send_nbx(ep, forged, sizeof(forged), tag, &rp),
+                                   "ucp_tag_send_nbx");
+                    sent++;
+                }
+        printf("sent %ld forged tag messages\n", sent);
     } else if (strcmp(argv[3], "done") != 0) {
         fprintf(stderr, "hostile_peer: unknown attack %s\n", argv[3]);
         return 2;

@@ -304,6 +304,64 @@ pub struct Connections<K, X, E, const CAP: usize> {
     protocol_errors: Vec<SessionError>,
     /// The layout's namespace mask (set with the first connection), for the payload check.
     ns_mask: u64,
+    /// The pair values this node gives its peers (see [`Connections::rx_pair`]).
+    pairs: Pairs,
+}
+
+/// The pair values a node gives its peers: peer token → value, and value → peer token. Values
+/// are drawn from a keyed hash (the node's secret hash keys, the token and a counter), so
+/// nobody else can predict them; unique per node and never 0 (the value of loopback and
+/// static-route tags). An entry lives as long as the node remembers the peer (until it is
+/// dropped from the peers gone, [`GONE_PEERS_MAX`]), so every connection to the same proven
+/// peer uses the same value and a superseded connection's messages still match.
+struct Pairs {
+    keys: [u64; 2],
+    made: u64,
+    bits: u32,
+    by_peer: hashbrown::HashMap<u64, (u32, bool), TokenHash>,
+    by_value: hashbrown::HashMap<u64, u64, TokenHash>,
+    /// [`super::pair_gaps`] of the values, rebuilt when they change (`None`: stale).
+    gaps: Option<Vec<(u32, u32)>>,
+}
+
+impl Pairs {
+    fn value_for(&mut self, peer: u64) -> u32 {
+        if self.bits == 0 {
+            return 0;
+        }
+        if let Some(&(v, _)) = self.by_peer.get(&peer) {
+            return v;
+        }
+        use sha2::{Digest, Sha512};
+        let max = (1u64 << self.bits) - 1;
+        let value = loop {
+            self.made = self.made.wrapping_add(1);
+            let digest = Sha512::new()
+                .chain_update(b"tagspace-pair-value")
+                .chain_update(self.keys[0].to_le_bytes())
+                .chain_update(self.keys[1].to_le_bytes())
+                .chain_update(peer.to_le_bytes())
+                .chain_update(self.made.to_le_bytes())
+                .finalize();
+            let mut word = [0u8; 8];
+            word.copy_from_slice(&digest[..8]);
+            let v = u64::from_le_bytes(word) & max;
+            if v != 0 && !self.by_value.contains_key(&v) {
+                break v as u32;
+            }
+        };
+        self.by_peer.insert(peer, (value, false));
+        self.by_value.insert(value as u64, peer);
+        self.gaps = None;
+        value
+    }
+
+    fn forget(&mut self, peer: u64) {
+        if let Some((v, _)) = self.by_peer.remove(&peer) {
+            self.by_value.remove(&(v as u64));
+            self.gaps = None;
+        }
+    }
 }
 
 impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP> {
@@ -317,7 +375,74 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
             gone_order: VecDeque::new(),
             protocol_errors: Vec::new(),
             ns_mask: u64::MAX,
+            pairs: Pairs {
+                keys: hash_keys,
+                made: 0,
+                bits: 0,
+                by_peer: hashbrown::HashMap::with_hasher(h),
+                by_value: hashbrown::HashMap::with_hasher(h),
+                gaps: None,
+            },
         }
+    }
+
+    /// The pair value `peer`'s tags to this node carry (invariant: unique per peer, unguessable,
+    /// non-zero; 0 when `layout` has no pair field). Made on first use — when the peer proves
+    /// itself on a connection, or earlier, when a receive tied to it is posted — and given to
+    /// the peer (a PAIR frame) only once it has proven its identity. A receive tied to `peer`
+    /// matches its tags exactly with it ([`crate::Namespace::matcher_from`]).
+    pub fn rx_pair(&mut self, peer: u64, layout: &TagLayout) -> u32 {
+        self.pairs.bits = layout.pair_bits();
+        self.pairs.value_for(peer)
+    }
+
+    /// The pair value `peer`'s tags to this node carry, if one was made already (see
+    /// [`rx_pair`](Self::rx_pair), which makes it).
+    pub fn rx_pair_of(&self, peer: u64) -> Option<u32> {
+        self.pairs.by_peer.get(&peer).map(|&(v, _)| v)
+    }
+
+    /// The proven peer that was given pair value `value`, if any: who sent a tag a receive
+    /// from any peer took ([`crate::Namespace::matcher_any_peer`]). `None`: no proven peer can
+    /// have made that tag (a stranger's guess, or a peer's that is no longer remembered).
+    pub fn pair_sender(&self, value: u32) -> Option<u64> {
+        let peer = *self.pairs.by_value.get(&(value as u64))?;
+        let (_, given) = *self.pairs.by_peer.get(&peer)?;
+        given.then_some(peer)
+    }
+
+    /// Every pair value this node has made (given to a proven peer or held for a receive tied
+    /// to one): the values a tag from a peer can carry. Any other value in a managed
+    /// namespace's tag is a stranger's.
+    pub fn rx_pair_values(&self) -> impl Iterator<Item = u32> + '_ {
+        self.pairs.by_value.keys().map(|&v| v as u32)
+    }
+
+    /// How many pair values this node holds.
+    pub fn rx_pair_count(&self) -> usize {
+        self.pairs.by_value.len()
+    }
+
+    /// The stray drain's view of the pair values ([`super::PairCheck`]), its blocks of values
+    /// nobody was given rebuilt if the values changed since the last call.
+    pub fn with_pair_check<R>(
+        &mut self,
+        layout: &TagLayout,
+        f: impl FnOnce(&super::PairCheck<'_>) -> R,
+    ) -> R {
+        let p = &mut self.pairs;
+        if p.gaps.is_none() {
+            let mut given: Vec<u32> = p.by_value.keys().map(|&v| v as u32).collect();
+            given.sort_unstable();
+            p.gaps = Some(super::pair_gaps(&given, layout.pair_bits()));
+        }
+        let by_value = &p.by_value;
+        let given = |v: u32| by_value.contains_key(&(v as u64));
+        f(&super::PairCheck {
+            layout,
+            given: &given,
+            gaps: p.gaps.as_deref().unwrap_or(&[]),
+        })
     }
 
     /// A new connection (open, handshaking) on the adapter's `key`, started at adapter time
@@ -334,7 +459,8 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         live_ms: u64,
         io: X,
     ) -> usize {
-        self.ns_mask = layout.fixed_mask();
+        self.ns_mask = layout.fixed_mask() | layout.pair_mask();
+        self.pairs.bits = layout.pair_bits();
         self.conns.push(Connection {
             key,
             session: Box::new(Session::new(role, identity, layout)),
@@ -598,6 +724,12 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         }
         let out = match handled {
             Ok(Some(Event::Established { peer_token })) => {
+                // The peer is proven: tell it the value its tags carry here.
+                let value = self.pairs.value_for(peer_token);
+                if let Some(e) = self.pairs.by_peer.get_mut(&peer_token) {
+                    e.1 = true;
+                }
+                self.conns[i].session.grant_pair(value);
                 let superseded = self.settle_duplicates(peer_token, now_ms);
                 if self.conns[i].is_open() {
                     self.conns[i].told_up = true;
@@ -826,6 +958,9 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
                     if self.gone_order.len() >= GONE_PEERS_MAX {
                         if let Some(oldest) = self.gone_order.pop_front() {
                             self.gone.remove(&oldest);
+                            if self.live_to(oldest) == 0 {
+                                self.pairs.forget(oldest);
+                            }
                         }
                     }
                     self.gone.insert(peer, cause);

@@ -111,7 +111,10 @@ impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, 
         if self.owner != QueueOwner::Node {
             return (0, 0, 0);
         }
-        (self.sweep).pass(registry, STRAY_PROBES_PER_CALL, queue, out_of_time)
+        let sweep = &mut self.sweep;
+        self.conns.with_pair_check(registry.layout(), |pairs| {
+            sweep.pass(registry, STRAY_PROBES_PER_CALL, queue, pairs, out_of_time)
+        })
     }
 
     /// Releases library `lib` (its namespace goes when the returned value is dropped: the
@@ -182,7 +185,12 @@ mod sends;
 #[cfg(feature = "alloc")]
 pub use sends::{Dest, Resolved, Target, Waiting};
 mod strays;
-pub use strays::{is_owned, QueueHead, StrayQueue, Sweep, DRAIN_INTERVAL_MS, STRAY_TAKES_PER_CALL};
+#[cfg(feature = "alloc")]
+pub use strays::pair_gaps;
+pub use strays::{
+    carries_pair, is_owned, PairCheck, QueueHead, StrayQueue, Sweep, DRAIN_INTERVAL_MS,
+    STRAY_TAKES_PER_CALL,
+};
 #[cfg(feature = "alloc")]
 mod unpins;
 #[cfg(feature = "alloc")]
@@ -973,10 +981,13 @@ mod tests {
     }
     #[cfg(feature = "alloc")]
     impl QueueHead for NoQueue {
-        fn oldest_id(&mut self) -> Option<u16> {
+        fn oldest_tag(&mut self) -> Option<u64> {
             None
         }
-        fn take_oldest(&mut self, _: u16) -> bool {
+        fn take_oldest(&mut self, _: u16, _: bool) -> bool {
+            false
+        }
+        fn take_matching(&mut self, _: u64, _: u64, _: u16) -> bool {
             false
         }
     }

@@ -1,8 +1,18 @@
-//! D2 within D4's bound, decided once: which namespace ids' messages are strays, when a node
-//! sweeps for them, and how much one pass may do. The adapter's [`StrayQueue`] does the probes.
+//! D2 within D4's bound, decided once: which messages are strays, when a node sweeps for them,
+//! and how much one pass may do. The adapter's [`StrayQueue`] does the probes.
+//!
+//! A stray is a message in a namespace id nobody here registered, or — where the layout has a
+//! pair field — a message in a registered namespace whose pair value this node gave no peer:
+//! no proven peer can have sent it (a stranger's guess, or a peer's the node has forgotten).
+//! Those are found without touching any message a peer may have sent: UCX probes by a pattern,
+//! so the values nobody was given are covered by aligned blocks ([`pair_gaps`]), each a probe
+//! with the namespace field and a prefix of the pair field fixed.
 
+use crate::layout::TagLayout;
 use crate::registry::Registry;
 use crate::wellknown::CONTROL_ID;
+#[cfg(feature = "alloc")]
+use alloc::vec::Vec;
 
 /// How often (adapter ms) a node starts a sweep over every unregistered id.
 pub const DRAIN_INTERVAL_MS: u64 = 10;
@@ -27,12 +37,77 @@ pub fn is_owned<const CAP: usize>(registry: &Registry<CAP>, id: u16) -> bool {
     id == 0 || id == CONTROL_ID || registry.name_of(id).is_some()
 }
 
+/// Whether namespace `id`'s messages carry a pair value a peer was given (every managed id but
+/// the control plane's, whose acknowledgement tags carry an unguessable sequence number in
+/// those bits instead).
+pub fn carries_pair(layout: &TagLayout, id: u16) -> bool {
+    layout.pair_bits() != 0 && id != 0 && id != CONTROL_ID
+}
+
+/// The pair values nobody was given, as aligned blocks `(value, mask)` within the pair field
+/// (`mask`'s bits are the block's fixed prefix): the complement of `given` (sorted, unique) in
+/// `0..2^bits`, 0 included (no peer is ever given 0). At most `2 * bits` blocks per gap, so
+/// `2 * bits * (given.len() + 1)` in all.
+#[cfg(feature = "alloc")]
+pub fn pair_gaps(given: &[u32], bits: u32) -> Vec<(u32, u32)> {
+    let full: u64 = (1u64 << bits) - 1;
+    let mut out = Vec::new();
+    let mut push_interval = |mut lo: u64, hi: u64| {
+        while lo <= hi {
+            // the largest aligned block starting at lo that ends by hi
+            let mut size = if lo == 0 {
+                1u64 << bits
+            } else {
+                lo & lo.wrapping_neg()
+            };
+            while lo + size - 1 > hi {
+                size >>= 1;
+            }
+            out.push((lo as u32, (full & !(size - 1)) as u32));
+            lo += size;
+        }
+    };
+    let mut next = 0u64;
+    for &v in given {
+        let v = v as u64;
+        if v > next {
+            push_interval(next, v - 1);
+        }
+        next = v + 1;
+    }
+    if next <= full {
+        push_interval(next, full);
+    }
+    out
+}
+
+/// What a pass needs to tell a forged pair value: the layout, whether a value was given to a
+/// peer, and the blocks of values nobody was given ([`pair_gaps`]).
+pub struct PairCheck<'a> {
+    /// The node's layout.
+    pub layout: &'a TagLayout,
+    /// Whether a peer was given (or holds for a receive) this value.
+    pub given: &'a dyn Fn(u32) -> bool,
+    /// [`pair_gaps`] of the given values.
+    pub gaps: &'a [(u32, u32)],
+}
+
+impl PairCheck<'_> {
+    /// Whether a message with `tag` in owned namespace `id` is a stray: it carries a pair value
+    /// nobody was given.
+    pub fn forged(&self, id: u16, tag: u64) -> bool {
+        carries_pair(self.layout, id) && !(self.given)(self.layout.pair_of(tag))
+    }
+}
+
 /// The stray sweep's state: started every [`DRAIN_INTERVAL_MS`], resumed on the next call
 /// where a pass ran out of budget, and run on every call while strays keep coming (a flood).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Sweep {
     /// The next id to probe; 0 when no sweep is under way.
     next_id: u16,
+    /// In an owned id: the next block of [`pair_gaps`] to probe.
+    next_gap: u32,
     /// The last pass took strays.
     flooded: bool,
     last_start_ms: Option<u64>,
@@ -42,10 +117,13 @@ pub struct Sweep {
 /// message and take a message by its exact tag. A transport that cannot (the mock's fabric
 /// can) answers `None`/`false` and the pass sweeps by id only.
 pub trait QueueHead: StrayQueue {
-    /// The namespace id of the oldest unexpected message, if any.
-    fn oldest_id(&mut self) -> Option<u16>;
-    /// Takes (and drops) the oldest unexpected message as a stray of namespace id `id`.
-    fn take_oldest(&mut self, id: u16) -> bool;
+    /// The tag of the oldest unexpected message, if any.
+    fn oldest_tag(&mut self) -> Option<u64>;
+    /// Takes (and drops) the oldest unexpected message as a stray of namespace id `id`;
+    /// `forged`: in a registered namespace, for its pair value.
+    fn take_oldest(&mut self, id: u16, forged: bool) -> bool;
+    /// Takes (and drops) one message matching `(tag, mask)` as a stray of namespace id `id`.
+    fn take_matching(&mut self, tag: u64, mask: u64, id: u16) -> bool;
 }
 
 impl Sweep {
@@ -64,6 +142,7 @@ impl Sweep {
             self.last_start_ms = Some(now_ms);
             if self.next_id == 0 {
                 self.next_id = 1;
+                self.next_gap = 0;
             }
         }
         self.next_id != 0 || self.flooded
@@ -90,6 +169,7 @@ impl Sweep {
         registry: &Registry<CAP>,
         budget: u32,
         queue: &mut impl QueueHead,
+        pairs: &PairCheck<'_>,
         out_of_time: impl Fn() -> bool,
     ) -> (u64, u64, u64) {
         let (mut taken, mut looks, mut probes) = (0u64, 0u64, 0u64);
@@ -99,14 +179,18 @@ impl Sweep {
                 return (taken, looks, probes);
             }
             looks += 1;
-            let Some(id) = queue.oldest_id() else {
+            let Some(tag) = queue.oldest_tag() else {
                 break;
             };
-            if is_owned(registry, id) || !queue.take_oldest(id) {
+            let id = registry.layout().namespace_of(tag);
+            let forged = is_owned(registry, id) && pairs.forged(id, tag);
+            let stray = forged || !is_owned(registry, id);
+            if !stray || !queue.take_oldest(id, forged) {
                 break;
             }
             taken += 1;
         }
+        let layout = pairs.layout;
         let mut budget = budget;
         while budget > 0 && self.next_id != 0 && !out_of_time() {
             let id = self.next_id;
@@ -115,7 +199,24 @@ impl Sweep {
                 break;
             }
             if is_owned(registry, id) {
-                self.next_id += 1;
+                // Registered: only messages with a pair value nobody was given, block by block.
+                let gap = carries_pair(layout, id)
+                    .then(|| pairs.gaps.get(self.next_gap as usize))
+                    .flatten();
+                let Some(&(value, mask)) = gap else {
+                    self.next_id += 1;
+                    self.next_gap = 0;
+                    continue;
+                };
+                budget -= 1;
+                probes += 1;
+                let tag = layout.base(id) | layout.pair_value_bits(value);
+                let mask = layout.fixed_mask() | layout.pair_value_bits(mask);
+                if queue.take_matching(tag, mask, id) {
+                    taken += 1;
+                } else {
+                    self.next_gap += 1;
+                }
                 continue;
             }
             budget -= 1;
@@ -137,29 +238,58 @@ mod tests {
     use crate::TagLayout;
     use std::collections::VecDeque;
 
-    /// A queue of namespace ids, oldest first.
-    struct Q(VecDeque<u16>);
-    impl StrayQueue for Q {
-        fn take_one(&mut self, id: u16) -> bool {
-            match self.0.iter().position(|&x| x == id) {
-                Some(k) => {
-                    self.0.remove(k);
-                    true
-                }
+    const L: TagLayout = TagLayout::DEFAULT;
+    const GIVEN: u32 = 5;
+
+    /// A queue of tags, oldest first.
+    struct Q(VecDeque<u64>);
+    impl Q {
+        fn take_first(&mut self, tag: u64, mask: u64) -> bool {
+            match self.0.iter().position(|&x| (x ^ tag) & mask == 0) {
+                Some(k) => self.0.remove(k).is_some(),
                 None => false,
             }
         }
+        fn ids(&self) -> Vec<u16> {
+            self.0.iter().map(|&t| L.namespace_of(t)).collect()
+        }
+    }
+    impl StrayQueue for Q {
+        fn take_one(&mut self, id: u16) -> bool {
+            let s = L.space(id);
+            self.take_first(s.tag, s.mask)
+        }
         fn waits(&mut self, id: u16) -> bool {
-            self.0.contains(&id)
+            let s = L.space(id);
+            self.0.iter().any(|&x| (x ^ s.tag) & s.mask == 0)
         }
     }
     impl QueueHead for Q {
-        fn oldest_id(&mut self) -> Option<u16> {
+        fn oldest_tag(&mut self) -> Option<u64> {
             self.0.front().copied()
         }
-        fn take_oldest(&mut self, id: u16) -> bool {
-            self.0.front() == Some(&id) && self.0.pop_front().is_some()
+        fn take_oldest(&mut self, _: u16, _: bool) -> bool {
+            self.0.pop_front().is_some()
         }
+        fn take_matching(&mut self, tag: u64, mask: u64, _: u16) -> bool {
+            self.take_first(tag, mask)
+        }
+    }
+
+    /// A message of `id` from the peer given [`GIVEN`] (ids without a pair: its guard only).
+    fn honest(id: u16) -> u64 {
+        let pair = if carries_pair(&L, id) { GIVEN } else { 0 };
+        L.base(id) | L.pair_value_bits(pair) | 7
+    }
+
+    fn with_check<R>(f: impl FnOnce(&PairCheck<'_>) -> R) -> R {
+        let gaps = pair_gaps(&[GIVEN], L.pair_bits());
+        let given = |v: u32| v == GIVEN;
+        f(&PairCheck {
+            layout: &L,
+            given: &given,
+            gaps: &gaps,
+        })
     }
 
     #[test]
@@ -171,30 +301,94 @@ mod tests {
         let mut low = (2..10).filter(|&id| id != mine);
         let (s1, s2) = (low.next().unwrap(), low.next().unwrap());
         // Head: a stray, then one of ours (stops the head phase); strays further back.
-        let mut q = Q(VecDeque::from([50, mine, 0, CONTROL_ID, s1, s2, s2]));
+        let mut q = Q([50, mine, 0, CONTROL_ID, s1, s2, s2]
+            .into_iter()
+            .map(honest)
+            .collect());
         let mut s = Sweep::new();
         assert!(s.due(0));
-        let (taken, looks, probes) = s.pass(&reg, 3, &mut q, || false);
+        let (taken, looks, probes) = with_check(|p| s.pass(&reg, 3, &mut q, p, || false));
         assert_eq!(looks, 2, "the head stray taken, stopped at one of ours");
         assert!(taken >= 2, "then found by id: {taken}");
         assert_eq!(probes, 3, "within the budget");
-        assert!(q.0.contains(&mine) && q.0.contains(&0) && q.0.contains(&CONTROL_ID));
+        assert!(q.ids().contains(&mine) && q.ids().contains(&0) && q.ids().contains(&CONTROL_ID));
         assert!(s.due(1), "flooded / under way: again on the next call");
         while s.due(1) {
-            s.pass(&reg, 3, &mut q, || false);
+            with_check(|p| s.pass(&reg, 3, &mut q, p, || false));
         }
-        assert_eq!(q.0, [mine, 0, CONTROL_ID], "only what is owned is left");
+        assert_eq!(q.ids(), [mine, 0, CONTROL_ID], "only what is owned is left");
         assert!(!s.due(5), "nothing under way until the interval passes");
         assert!(s.due(DRAIN_INTERVAL_MS));
     }
 
     #[test]
+    fn forged_pair_values_in_a_registered_namespace_are_strays_and_nothing_else_is() {
+        let reg: Registry<64> = Registry::new(TagLayout::DEFAULT);
+        let lease = reg.register("mine").unwrap();
+        let mine = lease.id();
+        let forged = |pair: u32| L.base(mine) | L.pair_value_bits(pair) | 7;
+        let max = (1u32 << L.pair_bits()) - 1;
+        // An honest message at the head hides the forged ones behind it from the head phase.
+        let mut q = Q([
+            honest(mine),
+            forged(0),
+            forged(GIVEN + 1),
+            forged(GIVEN - 1),
+            forged(max),
+            honest(mine),
+            honest(CONTROL_ID) | L.pair_value_bits(9),
+            honest(0) | L.pair_value_bits(9),
+        ]
+        .into_iter()
+        .collect());
+        let mut s = Sweep::new();
+        let mut rounds = 0;
+        while s.due(0) && rounds < 1000 {
+            with_check(|p| s.pass(&reg, 8, &mut q, p, || false));
+            rounds += 1;
+        }
+        assert_eq!(
+            Vec::from(q.0.clone()),
+            [
+                honest(mine),
+                honest(mine),
+                honest(CONTROL_ID) | L.pair_value_bits(9),
+                honest(0) | L.pair_value_bits(9)
+            ],
+            "every forged value taken, every honest, control and legacy message left"
+        );
+    }
+
+    #[test]
+    fn pair_gaps_cover_exactly_the_values_nobody_was_given() {
+        for bits in [1u32, 2, 3, 5] {
+            let all = 1u32 << bits;
+            // every subset of a few values
+            for set in 0u32..(1 << all.min(6)) {
+                let given: Vec<u32> = (0..all.min(6)).filter(|v| set >> v & 1 == 1).collect();
+                let gaps = pair_gaps(&given, bits);
+                assert!(gaps.len() <= (2 * bits as usize) * (given.len() + 1));
+                for v in 0..all {
+                    let covered = gaps.iter().filter(|&&(g, m)| (v ^ g) & m == 0).count();
+                    let expect = usize::from(!given.contains(&v));
+                    assert_eq!(covered, expect, "bits {bits} given {given:?} value {v}");
+                }
+            }
+        }
+        assert_eq!(pair_gaps(&[], 24), [(0, 0)], "one block: everything");
+        assert!(pair_gaps(&[(1 << 24) - 1], 24).len() <= 24);
+    }
+
+    #[test]
     fn out_of_time_ends_a_pass() {
         let reg: Registry<64> = Registry::new(TagLayout::DEFAULT);
-        let mut q = Q(VecDeque::from([50, 51]));
+        let mut q = Q(VecDeque::from([honest(50), honest(51)]));
         let mut s = Sweep::new();
         s.due(0);
-        assert_eq!(s.pass(&reg, 8, &mut q, || true), (0, 0, 0));
+        assert_eq!(
+            with_check(|p| s.pass(&reg, 8, &mut q, p, || true)),
+            (0, 0, 0)
+        );
         assert_eq!(q.0.len(), 2);
     }
 }

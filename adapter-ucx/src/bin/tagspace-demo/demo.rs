@@ -530,7 +530,7 @@ fn peer(o: &Opts) -> Result<(), String> {
                 Some(s) => node.send(
                     libs[k],
                     token_of(dst),
-                    ((me as u64) << 32) | s as u64,
+                    ((me as u64) << 20) | s as u64,
                     message(k, me, dst, s),
                     10_000,
                 ),
@@ -587,7 +587,7 @@ fn peer(o: &Opts) -> Result<(), String> {
                     let op = node.recv_from(
                         libs[k],
                         token_of(src),
-                        ((src as u64) << 32) | s as u64,
+                        ((src as u64) << 20) | s as u64,
                         LARGE,
                     );
                     recvs.insert(op, (k, src, s));
