@@ -156,9 +156,15 @@ fn connect(a: &mut Node, la: LibId, b: &mut Node, lb: LibId) {
 /// tied to `b` for the first half, from any peer for the second. Returns what each receive got
 /// (in payload order), how many forged messages `a` counted, and what still waits in dask's
 /// namespace.
+///
+/// `HOSTILE_FORGE_COPIES=N` sends N copies of each (the README's long run: 1000, 1.6 million
+/// forged messages), printing the test process's RSS before and after.
 fn forge_against(layout: tagspace_core::TagLayout) -> (Vec<Vec<u8>>, u64, bool) {
     const N: u64 = 100;
-    const COPIES: u64 = 3;
+    let copies: u64 = std::env::var("HOSTILE_FORGE_COPIES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
     let (mut a, la) = common::dask_node_on(layout, |_| {});
     let (mut b, lb) = common::dask_node_on(layout, |_| {});
     connect(&mut a, la, &mut b, lb);
@@ -180,12 +186,13 @@ fn forge_against(layout: tagspace_core::TagLayout) -> (Vec<Vec<u8>>, u64, bool) 
             &shift.to_string(),
             "0",
             &(2 * N).to_string(),
-            &COPIES.to_string(),
+            &copies.to_string(),
             &guesses.join(","),
         ],
     );
+    let rss0 = rss_kib();
     let out = run_attack(&mut a, &mut b, child);
-    let forged = 2 * N * COPIES * guesses.len() as u64;
+    let forged = 2 * N * copies * guesses.len() as u64;
     assert!(out.contains(&format!("sent {forged} forged")), "{out}");
     // The honest stream comes after the forgeries.
     let sends: Vec<OpId> = (0..2 * N)
@@ -208,11 +215,12 @@ fn forge_against(layout: tagspace_core::TagLayout) -> (Vec<Vec<u8>>, u64, bool) 
         b.progress();
     }
     let waiting = a.oldest_waiting(la).unwrap().is_some();
-    let rss = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
     eprintln!(
-        "forged {forged} of the pair's tags: {} counted forged, {} strays; statm {rss}",
+        "forged {forged} of the pair's tags: {} counted forged, {} strays; RSS of the test \
+         process {rss0} KiB before the attack, {} KiB after",
         a.stats().forged,
-        a.stats().stray
+        a.stats().stray,
+        rss_kib()
     );
     a.shutdown(500);
     b.shutdown(500);
@@ -237,7 +245,7 @@ fn forged_exact_tags_never_replace_an_honest_pairs_messages() {
             "payload {p}: not the honest message"
         );
     }
-    assert!(forged >= 2 * 100 * 3 * 8, "forgeries counted: {forged}");
+    assert!(forged >= 2 * 100 * 8, "forgeries counted: {forged}");
     assert!(!waiting, "forgeries left in the namespace");
 }
 

@@ -25,14 +25,15 @@ fn main() {
     let registry: Registry<256> = Registry::new(TagLayout::DEFAULT);
     let ns = registry.register("bench").unwrap();
     let id = black_box(ns.id() as u64);
-    let mask = black_box(TagLayout::DEFAULT.namespace_mask());
+    // the bits no payload may set: the namespace field and the pair field
+    let mask = black_box(!TagLayout::DEFAULT.payload_mask());
     let mut x = 0x2545_f491_4f6c_dd1du64;
     let payloads: Vec<u64> = (0..1024)
         .map(|_| {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            x & 0x00ff_ffff_ffff_fff0
+            x & 0xffff_fff0
         })
         .collect();
     let m = ns.matcher_exact(payloads[5]).unwrap();

@@ -77,6 +77,8 @@ pub struct Namespace<'r, const CAP: usize = 256> {
     /// `layout.pair_mask()` and the field's lowest bit.
     pair_mask: u64,
     pair_shift: u8,
+    /// `ns_mask | pair_mask`: the bits no payload may set (one load on the send path).
+    reserved: u64,
     guard: u64,
     ns_shift: u8,
     am_bits: u8,
@@ -95,6 +97,7 @@ impl<'r, const CAP: usize> Namespace<'r, CAP> {
             ns_mask: layout.fixed_mask(),
             pair_mask: layout.pair_mask(),
             pair_shift: layout.pair_field().map_or(0, |f| f.shift()) as u8,
+            reserved: layout.fixed_mask() | layout.pair_mask(),
             guard: layout.guard_value(),
             ns_shift: field.shift() as u8,
             am_bits: (16 - field.width()) as u8,
@@ -136,7 +139,7 @@ impl<'r, const CAP: usize> Namespace<'r, CAP> {
     /// batch loops can be if-converted; the error is worked out only when it is needed.
     #[inline(always)]
     fn check_payload(&self, payload: u64) -> Result<(), TagError> {
-        let reserved = self.ns_mask | self.pair_mask;
+        let reserved = self.reserved;
         let bad = (payload & reserved != 0) | (payload == !reserved);
         if bad {
             return Err(self.payload_error(payload));
@@ -146,7 +149,7 @@ impl<'r, const CAP: usize> Namespace<'r, CAP> {
 
     #[inline]
     fn payload_error(&self, payload: u64) -> TagError {
-        let reserved = self.ns_mask | self.pair_mask;
+        let reserved = self.reserved;
         if payload & reserved != 0 {
             TagError::PayloadInNamespaceField {
                 payload,
@@ -194,7 +197,7 @@ impl<'r, const CAP: usize> Namespace<'r, CAP> {
     /// the pair field.
     #[inline]
     pub fn payload_mask(&self) -> u64 {
-        !(self.ns_mask | self.pair_mask)
+        !self.reserved
     }
 
     #[inline]
