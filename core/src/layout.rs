@@ -367,6 +367,28 @@ impl TagLayout {
         }
     }
 
+    /// The first part of the layout (namespace field, guard bits, pair field, named fields)
+    /// that has a bit in `mask`.
+    const fn clash(&self, mask: u64) -> Option<FieldRef> {
+        if mask & self.namespace.mask() != 0 {
+            return Some(FieldRef::Namespace);
+        }
+        if mask & self.guard_mask != 0 {
+            return Some(FieldRef::Guard);
+        }
+        if mask & self.pair_mask() != 0 {
+            return Some(FieldRef::Pair);
+        }
+        let mut j = 0;
+        while j < self.field_count as usize {
+            if mask & self.fields[j].field.mask() != 0 {
+                return Some(FieldRef::Field(j as u8));
+            }
+            j += 1;
+        }
+        None
+    }
+
     /// How many namespace ids the layout can express (`2^width`).
     pub const fn id_capacity(&self) -> u32 {
         1 << self.namespace.width
@@ -580,25 +602,7 @@ impl LayoutBuilder {
             self.error = Some(LayoutError::BadGuard { mask, value });
             return self;
         }
-        let clash = if mask & self.layout.namespace.mask() != 0 {
-            Some(FieldRef::Namespace)
-        } else if mask & self.layout.guard_mask != 0 {
-            Some(FieldRef::Guard)
-        } else if mask & self.layout.pair_mask() != 0 {
-            Some(FieldRef::Pair)
-        } else {
-            let mut j = 0;
-            let mut found = None;
-            while j < self.layout.field_count as usize {
-                if mask & self.layout.fields[j].field.mask() != 0 {
-                    found = Some(FieldRef::Field(j as u8));
-                    break;
-                }
-                j += 1;
-            }
-            found
-        };
-        if let Some(b) = clash {
+        if let Some(b) = self.layout.clash(mask) {
             self.error = Some(LayoutError::Overlap {
                 a: FieldRef::Guard,
                 b,
@@ -628,23 +632,7 @@ impl LayoutBuilder {
                 return self;
             }
         };
-        let clash = if field.overlaps(self.layout.namespace) {
-            Some(FieldRef::Namespace)
-        } else if field.mask() & self.layout.guard_mask != 0 {
-            Some(FieldRef::Guard)
-        } else {
-            let mut j = 0;
-            let mut found = None;
-            while j < self.layout.field_count as usize {
-                if field.overlaps(self.layout.fields[j].field) {
-                    found = Some(FieldRef::Field(j as u8));
-                    break;
-                }
-                j += 1;
-            }
-            found
-        };
-        if let Some(b) = clash {
+        if let Some(b) = self.layout.clash(field.mask()) {
             self.error = Some(LayoutError::Overlap {
                 a: FieldRef::Pair,
                 b,

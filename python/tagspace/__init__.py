@@ -381,8 +381,11 @@ class Library:
         return self._raw.send(peer, payload, _bytes(data), timeout_ms)
 
     def recv(self, payload: int, max_len: int, peer: Optional[int] = None) -> Op:
-        """Posts a receive for ``payload`` (at most ``max_len`` bytes); with ``peer``, it fails
-        with PeerDownError when that peer goes down first."""
+        """Posts a receive for ``payload`` (at most ``max_len`` bytes). With ``peer``: that
+        peer's message only (an exact tag: its pair value), failing with PeerDownError when
+        the peer goes down first. Without: any proven peer's (the pair field free; a message
+        a process that never proved itself here made up is dropped and the receive waits
+        on)."""
         return self._raw.recv(payload, max_len, peer)
 
     def send_inbox(self, peer: int, data: Buffer, timeout_ms: int = 10000) -> Op:
@@ -391,8 +394,9 @@ class Library:
         return self._raw.send_inbox(peer, _bytes(data), timeout_ms)
 
     def probe_inbox(self, max_len: int) -> Optional[Op]:
-        """Takes the next inbox message if one waits: an operation whose result is the data
-        (``wait``/``await_op`` it), or None."""
+        """Takes the next inbox message from any proven peer if one waits: an operation whose
+        result is the data (``wait``/``await_op`` it), or None. Inbox messages with a pair
+        value no proven peer was given are dropped on the way."""
         return self._raw.probe_inbox(max_len)
 
     async def anext_inbox(self, max_len: int, timeout: float = 30.0) -> bytes:

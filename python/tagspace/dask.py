@@ -12,8 +12,9 @@ first time a library there is used. Inside a task, peers are Dask worker address
 
     lib = tagspace.dask.register("shuffle")
     lib.send(other_worker_address, payload, data)    # blocking form, in a task thread
-    data = lib.recv(payload, max_len, other_worker_address)  # payload from any worker:
-    # put the sender in it; the address makes the receive fail if that worker goes down
+    data = lib.recv(payload, max_len, other_worker_address)  # only that worker's message
+    # (its tags carry a value this worker gave it alone); fails if that worker goes down.
+    # Without the address: from any worker of the cluster, never from a stranger on the port
 
 and on the event loop (``client.run`` of a coroutine, async tasks) the awaitable forms
 ``asend``/``arecv``/``aendpoint``. A worker that leaves (closed, killed, lost) is
@@ -555,8 +556,9 @@ class WorkerLibrary:
 
     def recv_nb(self, payload: int, max_len: int, worker: Optional[str] = None,
                 timeout: float = 30.0) -> Any:
-        """Posts a receive; with ``worker`` it fails with PeerDownError if that worker goes
-        down first."""
+        """Posts a receive: with ``worker``, of that worker's message only (an exact tag),
+        failing with PeerDownError if that worker goes down first; without, of any proven
+        worker's (a message a process that never proved itself made up is dropped)."""
         peer = None if worker is None else self.token(worker, timeout)
         return self.raw.recv(payload, max_len, peer)
 
