@@ -1069,6 +1069,68 @@ mod tests {
     }
 
     #[test]
+    fn routes_wait_for_the_peers_pair_value_and_bad_pairs_are_refused() {
+        let (ra, rb) = (reg(), reg());
+        let la = ra.register("x").unwrap();
+        let lb = rb.register("x").unwrap();
+        let mut a = Session::new(Role::Initiator, &ident(10), ra.layout());
+        let mut b = Session::new(Role::Acceptor, &ident(20), rb.layout());
+        let mut buf = vec![0u8; wire::MAX_FRAME_LEN];
+        // a PAIR before the peer proved itself is refused (and a grant then is ignored)
+        let n = Frame::Pair { value: 5 }.encode(&mut buf).unwrap();
+        let mut early = Session::<64>::new(Role::Acceptor, &ident(30), rb.layout());
+        assert!(matches!(
+            early.handle(&buf[..n]),
+            Err(SessionError::Unexpected { frame: "PAIR", .. })
+        ));
+        b.grant_pair(7);
+        assert_eq!(b.pair_granted(), None, "granted before the peer was proven");
+        settle(&mut a, &ra, &mut b, &rb);
+        assert!(a.is_established() && b.is_established());
+        assert_eq!(a.route(&la), None, "no route before the peer's PAIR");
+        assert_eq!(
+            pump(&mut b, &rb, &mut a),
+            vec![],
+            "nothing granted, nothing sent"
+        );
+        b.grant_pair(0x1234);
+        b.grant_pair(0x9999); // a second grant changes nothing
+        assert_eq!(pump(&mut b, &rb, &mut a), vec![Event::Paired]);
+        let route = a.route(&la).unwrap();
+        assert_eq!((route.remote_id(), route.pair()), (lb.id(), 0x1234));
+        assert_eq!(lb.pair_of(la.remote_tag(route, 3).unwrap()), 0x1234);
+        // a second PAIR, a zero one or one wider than the field closes the session
+        for value in [0x1234, 0, 1 << 24] {
+            let (mut a2, _) = pair(&ra, &rb);
+            let n = Frame::Pair { value }.encode(&mut buf).unwrap();
+            assert!(
+                matches!(
+                    a2.handle(&buf[..n]),
+                    Err(SessionError::Unexpected { frame: "PAIR", .. })
+                ),
+                "{value:#x}"
+            );
+        }
+        // a layout without a pair field routes at once and refuses any PAIR
+        let plain = TagLayout::builder(56, 8).build().unwrap();
+        let (rc, rd): (Reg, Reg) = (Registry::new(plain), Registry::new(plain));
+        let lc = rc.register("x").unwrap();
+        let mut c = Session::new(Role::Initiator, &ident(10), rc.layout());
+        let mut d = Session::new(Role::Acceptor, &ident(20), rd.layout());
+        settle(&mut c, &rc, &mut d, &rd);
+        assert_eq!(
+            c.route(&lc).map(|r| r.pair()),
+            None,
+            "d registered nothing yet"
+        );
+        let _ld = rd.register("x").unwrap();
+        settle(&mut c, &rc, &mut d, &rd);
+        assert_eq!(c.route(&lc).map(|r| r.pair()), Some(0));
+        let n = Frame::Pair { value: 5 }.encode(&mut buf).unwrap();
+        assert!(c.handle(&buf[..n]).is_err());
+    }
+
+    #[test]
     fn a_ping_is_answered_once_and_one_waits_at_a_time() {
         let (ra, rb) = (reg(), reg());
         let mut a: Session<64> = Session::new(Role::Initiator, &ident(10), ra.layout());
