@@ -843,6 +843,10 @@ impl engine::QueueHead for FabricQueue<'_> {
         self.forged += u64::from(taken);
         taken
     }
+    fn first(&mut self, tag: u64, mask: u64) -> Option<u64> {
+        let found = self.fab.tag_probe(self.worker, tag, mask, false);
+        found.ok().flatten().map(|m| m.tag)
+    }
     fn take_oldest(&mut self, _id: u16, forged: bool) -> bool {
         let taken = self.oldest.take().is_some_and(|tag| {
             matches!(

@@ -2309,6 +2309,9 @@ impl engine::QueueHead for Strays<'_> {
         self.stats.forged += u64::from(taken);
         taken
     }
+    fn first(&mut self, tag: u64, mask: u64) -> Option<u64> {
+        self.worker.tag_probe(tag, mask).map(|m| m.tag)
+    }
     fn take_oldest(&mut self, id: u16, forged: bool) -> bool {
         // By its exact tag: a hashed lookup.
         let taken = (self.oldest.take()).is_some_and(|tag| self.take(tag, u64::MAX, id));

@@ -373,7 +373,27 @@ fn a_flood_of_random_tags_is_drained_in_bounded_steps() {
     let (mut max_probes, mut max_heads) = (0, 0);
     let start = Instant::now();
     let mut exited = false;
-    while !exited || a.stats().stray - strays_before < want_strays {
+    // One honest message at a time from b to a during the flood, timed from send to receipt.
+    let (ta, tb) = (a.token(), b.token());
+    let mut ping: Option<(OpId, OpId, Instant, u64)> = None;
+    let mut pings: Vec<Duration> = Vec::new();
+    let rss0 = rss_kib();
+    while !exited || a.stats().stray - strays_before < want_strays || ping.is_some() {
+        if ping.is_none() && !exited {
+            let p = 500_000 + pings.len() as u64;
+            let r = a.recv_from(la, tb, p, 64);
+            let s = b.send(lb, ta, p, p.to_le_bytes().to_vec(), 10_000);
+            ping = Some((r, s, Instant::now(), p));
+        }
+        if let Some((r, s, at, p)) = ping {
+            if a.is_done(r) && b.is_done(s) {
+                pings.push(at.elapsed());
+                let got = a.take(r).unwrap().unwrap().unwrap();
+                assert_eq!(got, p.to_le_bytes().to_vec(), "the honest message");
+                b.take(s).unwrap().unwrap();
+                ping = None;
+            }
+        }
         assert!(
             start.elapsed() < Duration::from_secs(120),
             "strays not drained: {} of {want_strays}",
@@ -409,11 +429,21 @@ fn a_flood_of_random_tags_is_drained_in_bounded_steps() {
         max_probes = max_probes.max(a.stats().stray_probes - before);
         max_heads = max_heads.max(a.stats().stray_head_probes - heads);
     }
+    pings.sort();
+    let pct = |q: f64| {
+        let i = ((pings.len() as f64 * q) as usize).min(pings.len().saturating_sub(1));
+        pings.get(i).copied().unwrap_or_default()
+    };
     eprintln!(
         "flood of {n} random tags over {:?}: {want_strays} strays drained, longest progress call \
          {longest:?} ({longest_cpu:?} of CPU), at most {max_probes} partial-mask probes and {max_heads} looks at \
-         the head per call",
-        start.elapsed()
+         the head per call; {} honest messages during it, send to receipt p50 {:?} p99 {:?}; \
+         RSS of the test process {rss0} KiB before, {} KiB after",
+        start.elapsed(),
+        pings.len(),
+        pct(0.5),
+        pct(0.99),
+        rss_kib()
     );
     assert_eq!(a.stats().stray - strays_before, want_strays);
     assert!(

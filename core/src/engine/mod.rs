@@ -990,5 +990,8 @@ mod tests {
         fn take_matching(&mut self, _: u64, _: u64, _: u16) -> bool {
             false
         }
+        fn first(&mut self, _: u64, _: u64) -> Option<u64> {
+            None
+        }
     }
 }

@@ -124,6 +124,8 @@ pub trait QueueHead: StrayQueue {
     fn take_oldest(&mut self, id: u16, forged: bool) -> bool;
     /// Takes (and drops) one message matching `(tag, mask)` as a stray of namespace id `id`.
     fn take_matching(&mut self, tag: u64, mask: u64, id: u16) -> bool;
+    /// The tag of the oldest message matching `(tag, mask)`, without taking it.
+    fn first(&mut self, tag: u64, mask: u64) -> Option<u64>;
 }
 
 impl Sweep {
@@ -199,11 +201,33 @@ impl Sweep {
                 break;
             }
             if is_owned(registry, id) {
-                // Registered: only messages with a pair value nobody was given, block by block.
-                let gap = carries_pair(layout, id)
-                    .then(|| pairs.gaps.get(self.next_gap as usize))
-                    .flatten();
-                let Some(&(value, mask)) = gap else {
+                if !carries_pair(layout, id) {
+                    self.next_id += 1;
+                    continue;
+                }
+                // Registered: only messages with a pair value nobody was given. First the
+                // namespace's oldest message (one probe that stops at it): while that is a
+                // forgery, it is taken by its exact tag; nothing there, nothing to sweep.
+                if self.next_gap == 0 {
+                    budget -= 1;
+                    probes += 1;
+                    let space = layout.space(id);
+                    match queue.first(space.tag, space.mask) {
+                        Some(tag) if pairs.forged(id, tag) => {
+                            if queue.take_matching(tag, u64::MAX, id) {
+                                taken += 1;
+                                continue;
+                            }
+                            self.next_gap = 1;
+                        }
+                        Some(_) => self.next_gap = 1,
+                        None => self.next_id += 1,
+                    }
+                    continue;
+                }
+                // A peer's message is the oldest: the forgeries behind it, block by block of
+                // the values nobody was given (each probe may scan the queue).
+                let Some(&(value, mask)) = pairs.gaps.get(self.next_gap as usize - 1) else {
                     self.next_id += 1;
                     self.next_gap = 0;
                     continue;
@@ -273,6 +297,9 @@ mod tests {
         }
         fn take_matching(&mut self, tag: u64, mask: u64, _: u16) -> bool {
             self.take_first(tag, mask)
+        }
+        fn first(&mut self, tag: u64, mask: u64) -> Option<u64> {
+            self.0.iter().copied().find(|&x| (x ^ tag) & mask == 0)
         }
     }
 
