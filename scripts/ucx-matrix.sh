@@ -24,6 +24,7 @@ route_bin=$(scripts/cargo-exe.sh bench shared_route)
 # The caller's-buffer path (tag_send_from / tag_recv_into) leans on how each UCX completes a
 # receive of a message already waiting.
 buf_bin=$(scripts/cargo-exe.sh test borrowed_buffers)
+hostile_bin=$(scripts/cargo-exe.sh test hostile_peer)
 for v in "${versions[@]}"; do
   lib=$(scripts/ucx-lib.sh "$v")
   echo
@@ -53,6 +54,13 @@ for v in "${versions[@]}"; do
   echo "-- caller's-buffer send/receive tests with UCX $loaded"
   with_ucx "$buf_bin" 2>&1 | grep -E "^test result|FAILED|panicked"
   [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "borrowed-buffer tests failed with UCX $loaded"; exit 1; }
+  if [ "$v" = system ]; then
+    # The hostile C peer runs on the system's UCX: node and attacker share 1.13.1 here (on
+    # 1.12.1 in `cargo test`; a 1.13.1 client cannot connect to a 1.22.0 listener at all).
+    echo "-- hostile peer (forged pair tags, floods, claimed identities) with UCX $loaded"
+    with_ucx "$hostile_bin" 2>&1 | grep -E "^test result|FAILED|panicked"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "hostile-peer tests failed with UCX $loaded"; exit 1; }
+  fi
   echo "-- routing from 1/2/4 library threads (smoke run) with UCX $loaded"
   with_ucx "$route_bin" --quick 2>&1 | grep -E "not run|^ +[124] +"
   [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "shared_route bench failed with UCX $loaded"; exit 1; }
