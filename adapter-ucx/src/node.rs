@@ -1399,8 +1399,9 @@ impl Node {
                     };
                     self.finish(lib, Err(e), false)
                 }
-                Some(Ok(Completion::Received { tag, .. })) if any.is_some() && self.forged(tag) => {
-                    // A stranger's: dropped; the receive waits on for a proven peer's message.
+                // A stranger's (also one too long for the receive, which UCX failed with
+                // TRUNCATED): dropped; the receive waits on for a proven peer's message.
+                Some(_) if any.is_some() && req.sender_tag().is_some_and(|t| self.forged(t)) => {
                     let (payload, max_len) = any.unwrap_or_default();
                     match self.post_recv(lib, None, payload, max_len) {
                         Ok(req) => Next::Wait(Op::Receiving {

@@ -160,6 +160,11 @@ fn connect(a: &mut Node, la: LibId, b: &mut Node, lb: LibId) {
 /// `HOSTILE_FORGE_COPIES=N` sends N copies of each (the README's long run: 1000, 1.6 million
 /// forged messages), printing the test process's RSS before and after.
 fn forge_against(layout: tagspace_core::TagLayout) -> (Vec<Vec<u8>>, u64, bool) {
+    forge_sized(layout, 8)
+}
+
+/// [`forge_against`] with forgeries of `size` bytes (the receives take 64 at most).
+fn forge_sized(layout: tagspace_core::TagLayout, size: usize) -> (Vec<Vec<u8>>, u64, bool) {
     const N: u64 = 100;
     let copies: u64 = std::env::var("HOSTILE_FORGE_COPIES")
         .ok()
@@ -188,6 +193,7 @@ fn forge_against(layout: tagspace_core::TagLayout) -> (Vec<Vec<u8>>, u64, bool) 
             &(2 * N).to_string(),
             &copies.to_string(),
             &guesses.join(","),
+            &size.to_string(),
         ],
     );
     let rss0 = rss_kib();
@@ -244,6 +250,19 @@ fn forged_exact_tags_never_replace_an_honest_pairs_messages() {
             honest(p as u64),
             "payload {p}: not the honest message"
         );
+    }
+    assert!(forged >= 2 * 100 * 8, "forgeries counted: {forged}");
+    assert!(!waiting, "forgeries left in the namespace");
+}
+
+/// Forgeries longer than the receives (1 000 bytes for receives of 64): a receive from any peer
+/// that matches one is failed by UCX with `MESSAGE_TRUNCATED`; it is still a stranger's message,
+/// so the receive is posted again and takes the honest one.
+#[test]
+fn forged_tags_longer_than_the_receive_are_dropped_too() {
+    let (got, forged, waiting) = forge_sized(tagspace_core::TagLayout::DEFAULT, 1000);
+    for (p, data) in got.iter().enumerate() {
+        assert_eq!(*data, honest(p as u64), "payload {p}");
     }
     assert!(forged >= 2 * 100 * 8, "forgeries counted: {forged}");
     assert!(!waiting, "forgeries left in the namespace");

@@ -710,8 +710,8 @@ tagspace_status_t tagspace_node_matcher_any_peer(const struct tagspace_node_t *n
 // Who sent a message that arrived with `tag` (the sender tag UCX reports): `*peer` receives
 // the token of the proven peer whose pair value the tag carries and the call returns
 // `TAGSPACE_OK`; `TAGSPACE_ERR_NOT_FOUND` when no proven peer was given that value — a
-// process that never proved its identity here made the tag up — or the layout has no pair
-// field.
+// process that never proved its identity here made the tag up; `TAGSPACE_ERR_BAD_LAYOUT`
+// when the layout has no pair field (nothing tells senders apart there).
 //
 // # Safety
 // `node` is a live handle; `peer` is valid for writing.

@@ -743,8 +743,8 @@ pub unsafe extern "C" fn tagspace_node_matcher_any_peer(
 /// Who sent a message that arrived with `tag` (the sender tag UCX reports): `*peer` receives
 /// the token of the proven peer whose pair value the tag carries and the call returns
 /// `TAGSPACE_OK`; `TAGSPACE_ERR_NOT_FOUND` when no proven peer was given that value — a
-/// process that never proved its identity here made the tag up — or the layout has no pair
-/// field.
+/// process that never proved its identity here made the tag up; `TAGSPACE_ERR_BAD_LAYOUT`
+/// when the layout has no pair field (nothing tells senders apart there).
 ///
 /// # Safety
 /// `node` is a live handle; `peer` is valid for writing.
@@ -757,6 +757,12 @@ pub unsafe extern "C" fn tagspace_node_sender_of(
     guard(|| {
         // SAFETY: the caller's contract.
         let n = unsafe { node_ref(node) }?;
+        if n.layout().pair_bits() == 0 {
+            return Err(Fail::new(
+                crate::TAGSPACE_ERR_BAD_LAYOUT,
+                "the node's layout has no pair field: nothing tells its peers' tags apart",
+            ));
+        }
         match n.sender_of(tag) {
             // SAFETY: the caller's contract.
             Some(p) => unsafe { put(peer, "peer", p) },

@@ -279,9 +279,14 @@ impl Node {
 
     /// The proven peer (a token) that sent a message with `tag`, or None: no proven peer was
     /// given the pair value it carries, so a process that never proved its identity here made
-    /// it up (drop the message).
+    /// it up (drop the message). ValueError on a layout without a pair field.
     fn sender_of(&self, py: Python<'_>, tag: u64) -> PyResult<Option<u64>> {
         let n = self.get()?;
+        if n.layout().pair_bits() == 0 {
+            return Err(PyValueError::new_err(
+                "the node's layout has no pair field: nothing tells its peers' tags apart",
+            ));
+        }
         Ok(py.detach(|| n.sender_of(tag)))
     }
 

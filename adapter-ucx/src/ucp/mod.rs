@@ -986,6 +986,8 @@ pub struct Request {
     kind: Kind,
     buf: Option<Vec<u8>>,
     worker: Worker,
+    /// A finished receive's sender tag (also when it failed, e.g. truncated).
+    sender_tag: Option<u64>,
 }
 
 /// How a request ended.
@@ -1009,7 +1011,15 @@ impl Request {
             kind,
             buf,
             worker: w.clone(),
+            sender_tag: None,
         }
+    }
+
+    /// The sender's tag of a receive that has finished (with data or an error such as
+    /// `UCS_ERR_MESSAGE_TRUNCATED`, whose message UCX matched): `None` before, for other
+    /// requests, and for a receive cancelled unmatched.
+    pub fn sender_tag(&self) -> Option<u64> {
+        self.sender_tag
     }
 
     /// `None` while in flight; then the result (the request is spent after that).
@@ -1035,6 +1045,9 @@ impl Request {
         };
         if status == Status::INPROGRESS {
             return None;
+        }
+        if status != Status::CANCELED {
+            self.sender_tag = info.map(|i| i.tag);
         }
         // SAFETY: complete: freed once, and raw is cleared so Drop does not free it again.
         unsafe { sys::ucp_request_free(self.raw) };

@@ -7,11 +7,12 @@
  *   hostile_peer IP PORT am ID[,ID...]   one 8-byte Active Message on each id, with and without
  *                                        the reply flag
  *   hostile_peer IP PORT tags N SEED     N eager tag messages with random 64-bit tags
- *   hostile_peer IP PORT forge BASE SHIFT FIRST COUNT COPIES G[,G...]
+ *   hostile_peer IP PORT forge BASE SHIFT FIRST COUNT COPIES G[,G...] [SIZE]
  *                                        forged copies of an honest pair's tags: for each
  *                                        guessed pair value G, COPIES times, the tags
  *                                        BASE | G << SHIFT | p for p in FIRST..FIRST+COUNT,
- *                                        each an 8-byte "FORGED!!" (never a handshake)
+ *                                        each "FORGED!!" padded to SIZE bytes (default 8,
+ *                                        at most 65536; never a handshake)
  *   hostile_peer IP PORT churn N         N times: connect, wait until wired up, close at once
  *   hostile_peer IP PORT early N ID      at once after connecting, N 16-byte AMs on id ID (the
  *                                        victim's control id), before anything else
@@ -311,12 +312,18 @@ int main(int argc, char **argv)
         uint64_t base = strtoull(argv[4], NULL, 0), first = strtoull(argv[6], NULL, 0);
         unsigned shift = (unsigned)strtoul(argv[5], NULL, 0);
         long count = atol(argv[7]), copies = atol(argv[8]), sent = 0, c, p;
-        static const char forged[8] = {'F', 'O', 'R', 'G', 'E', 'D', '!', '!'};
+        static char forged[65536] = {'F', 'O', 'R', 'G', 'E', 'D', '!', '!'};
+        size_t size = argc >= 11 ? (size_t)strtoul(argv[10], NULL, 0) : 8;
         uint64_t guesses[64];
         int ng = 0, g;
         char *tok;
         for (tok = strtok(argv[9], ","); tok != NULL && ng < 64; tok = strtok(NULL, ","))
             guesses[ng++] = strtoull(tok, NULL, 0);
+        if (size < 8 || size > sizeof(forged)) {
+            fprintf(stderr, "hostile_peer: size %zu\n", size);
+            return 2;
+        }
+        memset(forged + 8, 'F', sizeof(forged) - 8);
         if (shift > 63) {
             fprintf(stderr, "hostile_peer: shift %u\n", shift);
             return 2;
@@ -326,7 +333,7 @@ int main(int argc, char **argv)
                 for (p = 0; p < count && rc == 0; p++) {
                     uint64_t tag = base | (guesses[g] << shift) | (first + (uint64_t)p);
                     memset(&rp, 0, sizeof(rp));
-                    rc |= wait_req(ucp_tag_send_nbx(ep, forged, sizeof(forged), tag, &rp),
+                    rc |= wait_req(ucp_tag_send_nbx(ep, forged, size, tag, &rp),
                                    "ucp_tag_send_nbx");
                     sent++;
                 }

@@ -308,12 +308,16 @@ pub struct Connections<K, X, E, const CAP: usize> {
     pairs: Pairs,
 }
 
-/// The pair values a node gives its peers: peer token → value, and value → peer token. Values
-/// are drawn from a keyed hash (the node's secret hash keys, the token and a counter), so
-/// nobody else can predict them; unique per node and never 0 (the value of loopback and
-/// static-route tags). An entry lives as long as the node remembers the peer (until it is
-/// dropped from the peers gone, [`GONE_PEERS_MAX`]), so every connection to the same proven
-/// peer uses the same value and a superseded connection's messages still match.
+/// The pair values a node gives its peers: peer token → value, and value → peer token.
+///
+/// Values are a keyed permutation (a Feistel network keyed by the node's secret hash keys) of
+/// a counter, so nobody else can predict them and none repeats before every other value of
+/// the field has been given out: a value forgotten with its peer (dropped from the peers gone,
+/// [`GONE_PEERS_MAX`]) comes back only after `2^bits - 1` newer ones — a stranger churning
+/// identities cannot make a value meant for one peer land on another soon. Never 0 (the value
+/// of loopback and static-route tags) and unique among the values held. An entry lives as long
+/// as the node remembers the peer, so every connection to the same proven peer (a superseded
+/// one, a reconnect) uses the same value.
 struct Pairs {
     keys: [u64; 2],
     made: u64,
@@ -325,6 +329,8 @@ struct Pairs {
 }
 
 impl Pairs {
+    /// `peer`'s value, made now if it has none; 0 when the layout has no pair field, or when
+    /// every value of the field is held (a 16-bit field and 65 535 peers remembered at once).
     fn value_for(&mut self, peer: u64) -> u32 {
         if self.bits == 0 {
             return 0;
@@ -332,20 +338,13 @@ impl Pairs {
         if let Some(&(v, _)) = self.by_peer.get(&peer) {
             return v;
         }
-        use sha2::{Digest, Sha512};
-        let max = (1u64 << self.bits) - 1;
+        let space = 1u64 << self.bits;
+        if self.by_value.len() as u64 >= space - 1 {
+            return 0;
+        }
         let value = loop {
-            self.made = self.made.wrapping_add(1);
-            let digest = Sha512::new()
-                .chain_update(b"tagspace-pair-value")
-                .chain_update(self.keys[0].to_le_bytes())
-                .chain_update(self.keys[1].to_le_bytes())
-                .chain_update(peer.to_le_bytes())
-                .chain_update(self.made.to_le_bytes())
-                .finalize();
-            let mut word = [0u8; 8];
-            word.copy_from_slice(&digest[..8]);
-            let v = u64::from_le_bytes(word) & max;
+            self.made = (self.made + 1) % space;
+            let v = permute(self.keys, self.made, self.bits);
             if v != 0 && !self.by_value.contains_key(&v) {
                 break v as u32;
             }
@@ -360,6 +359,33 @@ impl Pairs {
         if let Some((v, _)) = self.by_peer.remove(&peer) {
             self.by_value.remove(&(v as u64));
             self.gaps = None;
+        }
+    }
+}
+
+/// A keyed permutation of `0..2^bits` (`x` in it): a four-round Feistel network over the
+/// smallest even width that holds `bits`, cycle-walked back into range.
+fn permute(keys: [u64; 2], mut x: u64, bits: u32) -> u64 {
+    use sha2::{Digest, Sha512};
+    let half = bits.div_ceil(2);
+    let mask = (1u64 << half) - 1;
+    loop {
+        let (mut l, mut r) = (x >> half, x & mask);
+        for round in 0u8..4 {
+            let digest = Sha512::new()
+                .chain_update(b"tagspace-pair-value")
+                .chain_update(keys[0].to_le_bytes())
+                .chain_update(keys[1].to_le_bytes())
+                .chain_update([round])
+                .chain_update(r.to_le_bytes())
+                .finalize();
+            let mut word = [0u8; 8];
+            word.copy_from_slice(&digest[..8]);
+            (l, r) = (r, l ^ (u64::from_le_bytes(word) & mask));
+        }
+        x = (l << half) | r;
+        if x >> bits == 0 {
+            return x;
         }
     }
 }
@@ -725,6 +751,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         let out = match handled {
             Ok(Some(Event::Established { peer_token })) => {
                 // The peer is proven: tell it the value its tags carry here.
+                // (0: every value is held; the peer gets none and never routes here)
                 let value = self.pairs.value_for(peer_token);
                 if let Some(e) = self.pairs.by_peer.get_mut(&peer_token) {
                     e.1 = true;
@@ -989,6 +1016,40 @@ mod tests {
 
     type Table = Connections<u32, (), u8, 64>;
     type Libs = Libraries<'static, 64, u8>;
+
+    #[test]
+    fn pair_values_are_a_permutation_and_none_returns_before_the_others() {
+        // every value of a small field once per cycle
+        for bits in [1u32, 4, 7, 16] {
+            let mut seen: Vec<u64> = (0..1u64 << bits)
+                .map(|x| permute([3, 9], x, bits))
+                .collect();
+            seen.sort_unstable();
+            assert!(seen.iter().copied().eq(0..1u64 << bits), "{bits} bits");
+        }
+        // a 16-bit field: forgotten values come back only after every other one was given
+        let layout = TagLayout::builder(56, 8).pair(0, 16).build().unwrap();
+        let mut t = Table::new([7, 11]);
+        let first = t.rx_pair(1, &layout);
+        assert_eq!(t.rx_pair(1, &layout), first, "stable per peer");
+        t.pairs.forget(1);
+        let mut given = std::collections::HashSet::new();
+        for peer in 2..65_536u64 {
+            let v = t.rx_pair(peer, &layout);
+            assert_ne!(v, 0);
+            assert!(given.insert(v), "value {v:#x} given twice");
+            if peer < 65_535 {
+                assert_ne!(v, first, "a forgotten value came back early");
+            }
+            t.pairs.forget(peer);
+        }
+        // every value held: the next peer gets none (0), and nothing loops for ever
+        let mut full = Table::new([7, 11]);
+        for peer in 0..65_535u64 {
+            assert_ne!(full.rx_pair(peer, &layout), 0);
+        }
+        assert_eq!(full.rx_pair(1 << 40, &layout), 0);
+    }
 
     struct Side {
         reg: &'static Registry<64>,

@@ -189,7 +189,7 @@ mod strays;
 pub use strays::pair_gaps;
 pub use strays::{
     carries_pair, is_owned, PairCheck, QueueHead, StrayQueue, Sweep, DRAIN_INTERVAL_MS,
-    STRAY_TAKES_PER_CALL,
+    GAP_PROBES_PER_SWEEP, STRAY_TAKES_PER_CALL,
 };
 #[cfg(feature = "alloc")]
 mod unpins;

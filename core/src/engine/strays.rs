@@ -17,6 +17,12 @@ use alloc::vec::Vec;
 /// How often (adapter ms) a node starts a sweep over every unregistered id.
 pub const DRAIN_INTERVAL_MS: u64 = 10;
 
+/// How many blocks of [`pair_gaps`] one sweep probes per registered namespace at most (each
+/// probe may scan the transport's whole queue, and the blocks grow with the peers: 2 × pair
+/// bits each). The next sweep goes on with the blocks after them, so every block is probed
+/// within `blocks / GAP_PROBES_PER_SWEEP` sweeps.
+pub const GAP_PROBES_PER_SWEEP: u32 = 64;
+
 /// How many unexpected messages one pass takes from the head of the transport's queue at most
 /// (each a hashed exact lookup) before it sweeps id by id.
 pub const STRAY_TAKES_PER_CALL: u32 = 1024;
@@ -106,8 +112,12 @@ impl PairCheck<'_> {
 pub struct Sweep {
     /// The next id to probe; 0 when no sweep is under way.
     next_id: u16,
-    /// In an owned id: the next block of [`pair_gaps`] to probe.
+    /// In an owned id: the next block of [`pair_gaps`] to probe (1-based; 0: its oldest
+    /// message first).
     next_gap: u32,
+    /// Where this sweep's blocks start in [`pair_gaps`]: each sweep probes at most
+    /// [`GAP_PROBES_PER_SWEEP`] of them per namespace, the next sweep the ones after.
+    gap_start: u32,
     /// The last pass took strays.
     flooded: bool,
     last_start_ms: Option<u64>,
@@ -145,6 +155,7 @@ impl Sweep {
             if self.next_id == 0 {
                 self.next_id = 1;
                 self.next_gap = 0;
+                self.gap_start = self.gap_start.wrapping_add(GAP_PROBES_PER_SWEEP);
             }
         }
         self.next_id != 0 || self.flooded
@@ -227,7 +238,11 @@ impl Sweep {
                 }
                 // A peer's message is the oldest: the forgeries behind it, block by block of
                 // the values nobody was given (each probe may scan the queue).
-                let Some(&(value, mask)) = pairs.gaps.get(self.next_gap as usize - 1) else {
+                let (n, k) = (pairs.gaps.len(), self.next_gap as usize - 1);
+                let block = (k < n.min(GAP_PROBES_PER_SWEEP as usize))
+                    .then(|| pairs.gaps.get((self.gap_start as usize + k) % n))
+                    .flatten();
+                let Some(&(value, mask)) = block else {
                     self.next_id += 1;
                     self.next_gap = 0;
                     continue;
@@ -383,6 +398,67 @@ mod tests {
                 honest(0) | L.pair_value_bits(9)
             ],
             "every forged value taken, every honest, control and legacy message left"
+        );
+    }
+
+    #[test]
+    fn many_peers_bound_the_gap_probes_of_a_sweep_and_later_sweeps_go_on() {
+        let reg: Registry<64> = Registry::new(TagLayout::DEFAULT);
+        let lease = reg.register("mine").unwrap();
+        let mine = lease.id();
+        let max = (1u32 << L.pair_bits()) - 1;
+        let mut x = 0x1234_5678u64;
+        let mut rnd = || {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((x >> 33) as u32 & max).max(1)
+        };
+        let mut given: Vec<u32> = (0..100).map(|_| rnd()).collect();
+        given.sort_unstable();
+        given.dedup();
+        let gaps = pair_gaps(&given, L.pair_bits());
+        assert!(
+            gaps.len() > 20 * GAP_PROBES_PER_SWEEP as usize,
+            "{}",
+            gaps.len()
+        );
+        let honest = L.base(mine) | L.pair_value_bits(given[0]) | 7;
+        // forgeries next to given values land in small blocks all over the list
+        let forged: Vec<u64> = given
+            .iter()
+            .map(|&v| L.base(mine) | L.pair_value_bits(v ^ 1) | 7)
+            .filter(|&t| !given.contains(&L.pair_of(t)))
+            .collect();
+        let mut q = Q(std::iter::once(honest)
+            .chain(forged.iter().copied())
+            .collect());
+        let check = |v: u32| given.binary_search(&v).is_ok();
+        let pairs = PairCheck {
+            layout: &L,
+            given: &check,
+            gaps: &gaps,
+        };
+        let mut s = Sweep::new();
+        let (mut sweeps, mut now) = (0, 0);
+        while q.0.len() > 1 {
+            assert!(
+                sweeps < 2 + gaps.len() / GAP_PROBES_PER_SWEEP as usize,
+                "{sweeps} sweeps"
+            );
+            if s.due(now) {
+                let (_, _, probes) = s.pass(&reg, 32, &mut q, &pairs, || false);
+                assert!(probes <= 32);
+            }
+            if s.next_id == 0 {
+                sweeps += 1;
+            }
+            now += DRAIN_INTERVAL_MS;
+        }
+        assert_eq!(
+            Vec::from(q.0),
+            [honest],
+            "every forgery taken, the peer's message left"
         );
     }
 
