@@ -602,6 +602,19 @@ impl Library {
         self.node.route(self.lib, peer, payload)
     }
 
+    /// [`route`](Self::route) from this thread's cache alone: never takes the node's lock
+    /// (`None`: ask `route`). For callers that must not wait on the lock where they are, e.g.
+    /// holding an interpreter lock another thread's UCX callback may need.
+    pub fn route_cached(&self, peer: u64, payload: u64) -> Option<(sys::ucp_ep_h, u64)> {
+        self.node.route_cached(self.lib, peer, payload)
+    }
+
+    /// [`matcher`](Self::matcher) from this thread's cache alone (never takes the node's
+    /// lock; `None`: ask `matcher`).
+    pub fn matcher_cached(&self, peer: u64, payload: u64) -> Option<(u64, u64)> {
+        self.node.matcher_cached(self.lib, peer, payload)
+    }
+
     /// The host's endpoint to `peer` and the peer's inbox tag for this library
     /// ([`Node::route_inbox`]); `Ok(None)` while the peer has not announced the name. Takes the
     /// node's lock shared (not cached: an inbox message starts a transmission, it is not one).
@@ -623,7 +636,8 @@ impl Library {
 
     /// The tag and mask (full, D1) that receive `payload` sent to this library here by `peer`
     /// — only by `peer`: the tag carries the pair value this node gives it alone — for the
-    /// host's own `ucp_tag_recv_nbx`. Takes the node's lock shared.
+    /// host's own `ucp_tag_recv_nbx`. From this thread's cache while the node is unchanged,
+    /// else taking the node's lock shared (exclusively the first time a peer is asked about).
     pub fn matcher(&self, peer: u64, payload: u64) -> Result<(u64, u64), NodeError> {
         self.node.matcher(self.lib, peer, payload)
     }

@@ -251,8 +251,9 @@ impl Node {
     }
 
     /// The token of the peer on endpoint `ep`, once its handshake finished; else None.
-    fn peer_on(&self, ep: usize) -> PyResult<Option<u64>> {
-        Ok(self.get()?.peer_on(ep as sys::ucp_ep_h))
+    fn peer_on(&self, py: Python<'_>, ep: usize) -> PyResult<Option<u64>> {
+        let n = self.get()?;
+        Ok(py.detach(|| n.peer_on(ep as sys::ucp_ep_h)))
     }
 
     /// Handles what arrived; True if anything happened.
@@ -410,8 +411,8 @@ impl Library {
     }
 
     /// The tag of a route, or the error saying the peer has not announced the name.
-    fn announced(peer: u64, route: Option<(sys::ucp_ep_h, u64)>) -> PyResult<u64> {
-        route.map(|(_, tag)| tag).ok_or_else(|| {
+    fn announced_tag(peer: u64, tag: Option<u64>) -> PyResult<u64> {
+        tag.ok_or_else(|| {
             NotAnnouncedError::new_err(format!(
                 "peer {peer:#x} has not registered this library's name yet"
             ))
@@ -437,54 +438,74 @@ fn result(py: Python<'_>, r: Result<Option<Vec<u8>>, NodeError>) -> PyResult<Py<
 impl Library {
     /// The namespace's name.
     #[getter]
-    fn name(&self) -> PyResult<String> {
-        self.with(|l| l.namespace().map(|(n, _)| n))?.map_err(err)
+    fn name(&self, py: Python<'_>) -> PyResult<String> {
+        py.detach(|| self.with(|l| l.namespace().map(|(n, _)| n)))?
+            .map_err(err)
     }
 
     /// The namespace's id on this node.
     #[getter]
-    fn namespace_id(&self) -> PyResult<u16> {
-        self.with(|l| l.namespace().map(|(_, id)| id))?.map_err(err)
+    fn namespace_id(&self, py: Python<'_>) -> PyResult<u16> {
+        py.detach(|| self.with(|l| l.namespace().map(|(_, id)| id)))?
+            .map_err(err)
     }
 
     /// The tag that carries `payload` to this library on `peer` (a token), for ucxx's own
     /// `ep.send(buf, tag=..., force_tag=True)`. Raises NotConnectedError before the peer's
     /// handshake finished and NotAnnouncedError while it has not registered the name.
-    fn tag(&self, peer: u64, payload: u64) -> PyResult<u64> {
-        Library::announced(peer, self.with(|l| l.route(peer, payload))?.map_err(err)?)
+    ///
+    /// Like every call here that may wait for the node's lock, it waits without the GIL: a
+    /// thread holding the lock may be inside UCX, waiting for ucxx's progress thread, which may
+    /// be waiting for the GIL in a callback. A route this thread already looked up (the node
+    /// unchanged since) is answered from its cache, with the GIL.
+    fn tag(&self, py: Python<'_>, peer: u64, payload: u64) -> PyResult<u64> {
+        if let Some((_, tag)) = self.with(|l| l.route_cached(peer, payload))? {
+            return Ok(tag);
+        }
+        // only the tag crosses back (the endpoint handle is not Send)
+        let found = py.detach(|| self.with(|l| Ok(l.route(peer, payload)?.map(|(_, t)| t))))?;
+        Library::announced_tag(peer, found.map_err(err)?)
     }
 
     /// The tag and mask (full) that receive `payload` sent to this library here by `peer` (a
     /// token), for ucxx's own `recv(buf, tag=..., force_tag=True)`. Only `peer`'s messages
     /// match: the tag carries, in the layout's pair field, the value this node gives `peer`
     /// alone once it has proven its identity.
-    fn matcher(&self, peer: u64, payload: u64) -> PyResult<(u64, u64)> {
-        self.with(|l| l.matcher(peer, payload))?.map_err(err)
+    fn matcher(&self, py: Python<'_>, peer: u64, payload: u64) -> PyResult<(u64, u64)> {
+        if let Some(m) = self.with(|l| l.matcher_cached(peer, payload))? {
+            return Ok(m);
+        }
+        py.detach(|| self.with(|l| l.matcher(peer, payload)))?
+            .map_err(err)
     }
 
     /// The tag and mask that receive `payload` sent to this library here by any peer: every
     /// bit fixed but the pair field (a partial mask). It also takes a message a stranger made
     /// up: check the received tag with `Node.sender_of` and drop the message when that is None.
-    fn matcher_any_peer(&self, payload: u64) -> PyResult<(u64, u64)> {
-        self.with(|l| l.matcher_any_peer(payload))?.map_err(err)
+    fn matcher_any_peer(&self, py: Python<'_>, payload: u64) -> PyResult<(u64, u64)> {
+        py.detach(|| self.with(|l| l.matcher_any_peer(payload)))?
+            .map_err(err)
     }
 
     /// The peer's inbox tag for this library ("a new transmission has begun"), for ucxx's
     /// own send; raises as `tag` does.
-    fn inbox_tag(&self, peer: u64) -> PyResult<u64> {
-        Library::announced(peer, self.with(|l| l.route_inbox(peer))?.map_err(err)?)
+    fn inbox_tag(&self, py: Python<'_>, peer: u64) -> PyResult<u64> {
+        let found = py.detach(|| self.with(|l| Ok(l.route_inbox(peer)?.map(|(_, t)| t))))?;
+        Library::announced_tag(peer, found.map_err(err)?)
     }
 
     /// The tag and mask (full) of this library's inbox here as `peer` sends to it, for ucxx's
     /// own recv or probe.
-    fn inbox_matcher(&self, peer: u64) -> PyResult<(u64, u64)> {
-        self.with(|l| l.inbox_matcher(peer))?.map_err(err)
+    fn inbox_matcher(&self, py: Python<'_>, peer: u64) -> PyResult<(u64, u64)> {
+        py.detach(|| self.with(|l| l.inbox_matcher(peer)))?
+            .map_err(err)
     }
 
     /// This library's inbox here from any peer (the pair field free; check what it takes with
     /// `Node.sender_of`).
-    fn inbox_matcher_any_peer(&self) -> PyResult<(u64, u64)> {
-        self.with(|l| l.inbox_matcher_any_peer())?.map_err(err)
+    fn inbox_matcher_any_peer(&self, py: Python<'_>) -> PyResult<(u64, u64)> {
+        py.detach(|| self.with(|l| l.inbox_matcher_any_peer()))?
+            .map_err(err)
     }
 
     /// Sends `data` (bytes) to `payload` in this library's namespace on `peer`, waiting up to
@@ -660,8 +681,8 @@ impl Library {
     }
 
     /// This library's counters.
-    fn counters(&self) -> PyResult<HashMap<&'static str, u64>> {
-        let c = self.with(|l| l.counters())?;
+    fn counters(&self, py: Python<'_>) -> PyResult<HashMap<&'static str, u64>> {
+        let c = py.detach(|| self.with(|l| l.counters()))?;
         Ok(HashMap::from([
             ("sent", c.sent),
             ("received", c.received),
