@@ -335,7 +335,8 @@ class _WorkerState:
             self.token_addr.pop(old, None)
         self.addr_token[addr] = token
         self.token_addr[token] = addr
-        self.token_ep.setdefault(token, ep)
+        if ep is not None:
+            self.token_ep.setdefault(token, ep)
 
     async def _lookup(self, addr: str) -> Optional[dict]:
         meta = await self.worker.scheduler.get_metadata(keys=[_META, addr], default=None)
@@ -383,7 +384,11 @@ class _WorkerState:
             )
         token = meta["token"]
         if token in self.node.peers():  # it connected to this worker first
-            self._learn(addr, token, self.token_ep.get(token))
+            # Its endpoint is learned by _accept once the handshake there has finished, which
+            # may be just after this side saw the peer proven: wait for it, never record none.
+            ep = await _poll(self.node, lambda: self.token_ep.get(token),
+                             self.plugin.connect_timeout, f"worker {addr}'s connection")
+            self._learn(addr, token, ep)
             return token
         try:
             ep = await ucxx.create_endpoint(meta["host"], meta["port"])
