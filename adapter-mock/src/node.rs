@@ -446,8 +446,7 @@ impl Node {
     /// given; counts it.
     fn forged_tag(&mut self, tag: u64) -> bool {
         let layout = self.registry.layout();
-        let forged =
-            layout.pair_bits() != 0 && self.engine.conns.pair_sender(layout.pair_of(tag)).is_none();
+        let forged = self.engine.conns.forged(layout, tag);
         self.stray += u64::from(forged);
         self.forged += u64::from(forged);
         forged

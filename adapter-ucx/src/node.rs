@@ -1190,7 +1190,7 @@ impl Node {
     /// namespace.
     fn forged(&mut self, tag: u64) -> bool {
         let layout = self.registry.layout();
-        if layout.pair_bits() == 0 || self.sender_of(tag).is_some() {
+        if !self.engine.conns.forged(layout, tag) {
             return false;
         }
         self.stats.stray += 1;
@@ -1319,11 +1319,7 @@ impl Node {
     /// proved its identity here made the tag up (drop the message). Where the layout has no
     /// pair field nobody can tell: `None`.
     pub fn sender_of(&self, tag: u64) -> Option<u64> {
-        let layout = self.registry.layout();
-        if layout.pair_bits() == 0 {
-            return None;
-        }
-        self.engine.conns.pair_sender(layout.pair_of(tag))
+        self.engine.conns.sender_of(self.registry.layout(), tag)
     }
 
     /// Listens on `lib`'s local AM id `local`.

@@ -428,25 +428,24 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         self.pairs.by_peer.get(&peer).map(|&(v, _)| v)
     }
 
-    /// The proven peer that was given pair value `value`, if any: who sent a tag a receive
-    /// from any peer took ([`crate::Namespace::matcher_any_peer`]). `None`: no proven peer can
-    /// have made that tag (a stranger's guess, or a peer's that is no longer remembered).
-    pub fn pair_sender(&self, value: u32) -> Option<u64> {
-        let peer = *self.pairs.by_value.get(&(value as u64))?;
+    /// The proven peer whose pair value `tag` carries: who sent a tag a receive from any peer
+    /// took ([`crate::Namespace::matcher_any_peer`]). `None`: no proven peer can have made it
+    /// (a stranger's guess, or a peer's that is no longer remembered) — or `layout` has no pair
+    /// field, where nobody can tell.
+    pub fn sender_of(&self, layout: &TagLayout, tag: u64) -> Option<u64> {
+        if layout.pair_bits() == 0 {
+            return None;
+        }
+        let peer = *self.pairs.by_value.get(&(layout.pair_of(tag) as u64))?;
         let (_, given) = *self.pairs.by_peer.get(&peer)?;
         given.then_some(peer)
     }
 
-    /// Every pair value this node has made (given to a proven peer or held for a receive tied
-    /// to one): the values a tag from a peer can carry. Any other value in a managed
-    /// namespace's tag is a stranger's.
-    pub fn rx_pair_values(&self) -> impl Iterator<Item = u32> + '_ {
-        self.pairs.by_value.keys().map(|&v| v as u32)
-    }
-
-    /// How many pair values this node holds.
-    pub fn rx_pair_count(&self) -> usize {
-        self.pairs.by_value.len()
+    /// Whether a tag a receive from any peer took is a stranger's: `layout` has a pair field
+    /// and no proven peer was given the value in it (the adapter drops the message, counts it
+    /// and posts the receive again).
+    pub fn forged(&self, layout: &TagLayout, tag: u64) -> bool {
+        layout.pair_bits() != 0 && self.sender_of(layout, tag).is_none()
     }
 
     /// The stray drain's view of the pair values ([`super::PairCheck`]), its blocks of values
