@@ -25,6 +25,9 @@ route_bin=$(scripts/cargo-exe.sh bench shared_route)
 # receive of a message already waiting.
 buf_bin=$(scripts/cargo-exe.sh test borrowed_buffers)
 hostile_bin=$(scripts/cargo-exe.sh test hostile_peer)
+# Held namespaces take messages out of UCX's queue by probe and receive them later
+# (ucp_tag_msg_recv_nbx), a path each UCX implements on its own.
+backlog_bin=$(scripts/cargo-exe.sh test backlog)
 for v in "${versions[@]}"; do
   lib=$(scripts/ucx-lib.sh "$v")
   echo
@@ -54,6 +57,9 @@ for v in "${versions[@]}"; do
   echo "-- caller's-buffer send/receive tests with UCX $loaded"
   with_ucx "$buf_bin" 2>&1 | grep -E "^test result|FAILED|panicked"
   [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "borrowed-buffer tests failed with UCX $loaded"; exit 1; }
+  echo "-- held-namespace (backlog limit) tests with UCX $loaded"
+  with_ucx "$backlog_bin" 2>&1 | grep -E "^test result|FAILED|panicked"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "backlog tests failed with UCX $loaded"; exit 1; }
   if [ "$v" = system ]; then
     # The hostile C peer runs on the system's UCX: node and attacker share 1.13.1 here (on
     # 1.12.1 in `cargo test`; a 1.13.1 client cannot connect to a 1.22.0 listener at all).

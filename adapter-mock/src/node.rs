@@ -834,12 +834,12 @@ impl engine::QueueHead for FabricQueue<'_> {
         self.oldest = head.map(|m| m.tag);
         self.oldest
     }
-    fn take_matching(&mut self, tag: u64, mask: u64, _id: u16) -> bool {
+    fn take_matching(&mut self, tag: u64, mask: u64, _id: u16, forged: bool) -> bool {
         let taken = matches!(
             self.fab.tag_probe(self.worker, tag, mask, true),
             Ok(Some(_))
         );
-        self.forged += u64::from(taken);
+        self.forged += u64::from(taken && forged);
         taken
     }
     fn first(&mut self, tag: u64, mask: u64) -> Option<u64> {

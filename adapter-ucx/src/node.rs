@@ -29,8 +29,8 @@
 //! and keeps full masks on its data receives.
 
 use crate::ucp::{
-    Completion, Config, Endpoint, EpKey, Listener, Request, Started, Status, TagInfo, ThreadMode,
-    UcxError, Worker,
+    Completion, Config, Endpoint, EpKey, Listener, Message, Request, Started, Status, TagInfo,
+    ThreadMode, UcxError, Worker,
 };
 use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
@@ -79,6 +79,13 @@ pub const STRAY_TAKES_PER_CALL: u32 = engine::STRAY_TAKES_PER_CALL;
 /// Most time (µs) one `progress` call spends draining strays, whatever the counts above allow
 /// (D4): under a flood each probe scans a longer queue. What is left resumes on the next call.
 pub const STRAY_TIME_BUDGET_US: u64 = 2_000;
+/// The drain's time budget (µs) while strays keep coming ([`STRAY_TIME_BUDGET_US`] otherwise),
+/// in a call that then makes one `ucp_worker_progress` instead of up to
+/// [`UCX_PROGRESS_PER_CALL`]: taking a stray costs more than UCX's taking it in, so a flood is
+/// drained as fast as it arrives only if the drain gets most of the time — and the sender is
+/// held back by the transport's flow control instead of the queue growing (D4: still far below
+/// 50 ms a call).
+pub const STRAY_FLOOD_BUDGET_US: u64 = 10_000;
 /// How many peers whose connections are gone a node remembers (to fail later operations for
 /// them with `PeerDown` rather than wait): the oldest are forgotten first (D5).
 pub const GONE_PEERS_MAX: usize = 4096;
@@ -115,7 +122,7 @@ pub const ACKS_PER_CALL: u32 = 64;
 /// Protocol errors kept for [`Node::protocol_errors`] (older ones are only counted).
 pub const PROTOCOL_ERRORS_KEPT: usize = 64;
 
-pub use tagspace_core::engine::{Counters, LibId, OpId};
+pub use tagspace_core::engine::{BacklogLimit, Counters, LibId, OpId, HOLD_LOOKS_PER_CALL};
 /// Why a node operation failed: the core engine's error, with UCX's (a peer failure says so).
 pub type NodeError = engine::NodeError<UcxError>;
 /// A change in the set of peers, told to every library that [`Node::listen`]s.
@@ -200,8 +207,18 @@ pub struct NodeStats {
     /// Connections closed because their handshake did not complete in
     /// [`HANDSHAKE_TIMEOUT_MS`] (a silent peer, or one that never proved its claim).
     pub handshake_timeouts: u64,
-    /// Connections closed because the peer sent more than [`PeerLimits`] allow.
+    /// Connections closed because the peer sent more than [`PeerLimits`] allow, or left more
+    /// messages waiting than a held namespace's [`BacklogLimit`] (`backlog_floods`).
     pub flood_closes: u64,
+    /// Messages of held namespaces taken out of UCX's queue into the node's backlog
+    /// ([`Node::hold_backlog`]).
+    pub held: u64,
+    /// Peers cut off for leaving more messages waiting in a held namespace than its
+    /// [`BacklogLimit`] allows (also in `flood_closes`).
+    pub backlog_floods: u64,
+    /// Messages of those peers dropped: held when the limit was passed, or sent to a held
+    /// namespace after it.
+    pub backlog_dropped: u64,
     /// Withdrawal acknowledgements sent as tag messages (R7).
     pub acks_sent: u64,
     /// Withdrawal acknowledgements received as tag messages and matched to a withdrawal.
@@ -410,6 +427,9 @@ pub struct Node {
     engine: Engine,
     stats: NodeStats,
     stray_by_id: Vec<u64>,
+    /// The held namespaces' messages, taken out of UCX's queue per peer within their limit
+    /// ([`Node::hold_backlog`]).
+    backlog: engine::Backlog<Message>,
     clock: Clock,
     /// Closes and drains UCX has not finished with yet.
     background: Vec<Request>,
@@ -548,6 +568,7 @@ impl Node {
             engine: Engine::new(index_keys(), cfg.clock.now_ms(), cfg.liveness, cfg.limits),
             stats: NodeStats::default(),
             stray_by_id: vec![0; CAP],
+            backlog: engine::Backlog::new(),
             clock: cfg.clock,
             background: Vec::new(),
             closing: Vec::new(),
@@ -626,6 +647,8 @@ impl Node {
     /// meant for the next name to get the id.
     pub fn release(&mut self, lib: LibId) {
         if let Some(l) = self.engine.release(lib) {
+            // Its held messages were sent to this name: dropped (received into a few bytes).
+            drop(self.backlog.release(l.ns().id()));
             for id in l.am_ids() {
                 let _ = self.worker.clear_am_handler(id);
             }
@@ -1086,7 +1109,12 @@ impl Node {
         timeout: Option<std::time::Duration>,
     ) -> Result<usize, NodeError> {
         let deadline = timeout.map(|t| Instant::now() + t);
-        let r = self.recv_matcher(lib, from, payload).and_then(|m| loop {
+        let m = self.recv_matcher(lib, from, payload);
+        let held = m.as_ref().ok().and_then(|m| self.take_held(m));
+        let r = m.and_then(|m| loop {
+            if let Some(held) = held {
+                break Ok(held.recv_into(buf)?.len);
+            }
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             let info = self.worker.tag_recv_into(m.tag(), m.mask(), buf, left)?;
             // a stranger's message (a pair value no proven peer was given): wait on
@@ -1180,6 +1208,9 @@ impl Node {
         max_len: usize,
     ) -> Result<Request, NodeError> {
         let m = self.recv_matcher(lib, from, payload)?;
+        if let Some(held) = self.take_held(&m) {
+            return Ok(held.recv(max_len)?);
+        }
         Ok(self
             .worker
             .tag_recv(m.tag(), m.mask(), Vec::with_capacity(max_len))?)
@@ -1209,6 +1240,15 @@ impl Node {
     /// [`FORGED_PER_PROBE`] of them per call.
     pub fn probe_inbox(&mut self, lib: LibId, max_len: usize) -> Result<Option<OpId>, NodeError> {
         let m = self.engine.libs.ns(lib)?.inbox_matcher_any_peer();
+        if let Some(held) = self.take_held(&m) {
+            let req = held.recv(max_len)?;
+            return Ok(Some(self.engine.ops.start(Next::Wait(Op::Receiving {
+                lib,
+                req,
+                from: None,
+                any: None,
+            }))));
+        }
         for _ in 0..FORGED_PER_PROBE {
             // Look first: a stranger's message is taken by its exact tag and never buffered
             // beyond STRAY_MAX_LEN, a proven peer's with the library's limit.
@@ -1246,11 +1286,127 @@ impl Node {
     /// oldest" — enough to watch for a library that has stopped receiving. It is one
     /// partial-mask probe, which scans UCX's queue: call it to monitor, not per message.
     pub fn oldest_waiting(&self, lib: LibId) -> Result<Option<TagInfo>, NodeError> {
-        let m = self
-            .namespace(lib)
-            .ok_or(NodeError::NoSuchLibrary)?
-            .matcher_any();
+        let ns = self.namespace(lib).ok_or(NodeError::NoSuchLibrary)?;
+        if let Some((tag, len)) = self.backlog.oldest(ns.id()) {
+            return Ok(Some(TagInfo { tag, len }));
+        }
+        let m = ns.matcher_any();
         Ok(self.worker.tag_probe(m.tag(), m.mask()))
+    }
+
+    /// Whether code outside tagspace receives tags whose namespace field is 0 on this worker
+    /// with its own calls ("legacy" tags, R6): `true` by default, and then such messages are
+    /// never drained — a stranger's id-0 tags wait for that code, and pile up if it never
+    /// takes them. A node whose worker nobody else uses says `false`: id-0 messages are strays
+    /// like any unregistered id's (on a host's worker nothing is drained either way).
+    pub fn set_legacy_tags(&mut self, used: bool) {
+        self.engine.sweep.set_id0_strays(!used);
+    }
+
+    /// Bounds what each proven peer can leave waiting for `lib` (D5 for tag messages): from
+    /// now on the node takes `lib`'s unexpected messages out of UCX's queue — oldest first, on
+    /// the stray drain's schedule ([`DRAIN_INTERVAL_MS`], or on every `progress` while they
+    /// keep coming) — into a backlog that `lib`'s receives read before they ask UCX, counted
+    /// per peer. A peer whose messages waiting there would pass `limit` is cut off (CLOSE with
+    /// reason `Flood`; [`NodeStats::backlog_floods`]): its held messages are dropped, and so is
+    /// what it still sends to a held namespace, until it proves its identity again. A message
+    /// whose pair value no proven peer was given is dropped as a stray. Nothing is copied: a
+    /// held message stays where UCX keeps it (a rendezvous message's data is not even
+    /// fetched) until a receive takes it into its own buffer.
+    ///
+    /// The library promises to receive only through this node ([`recv`](Self::recv),
+    /// [`recv_from`](Self::recv_from), [`recv_into`](Self::recv_into),
+    /// [`recv_into_from`](Self::recv_into_from), [`probe_inbox`](Self::probe_inbox)): a
+    /// receive it posts with its own calls on the worker does not see held messages. Order is
+    /// kept: a peer's messages for one tag are received in the order they were sent.
+    ///
+    /// Not on a host's worker (its libraries receive with their own calls; there the node
+    /// takes nothing, see [`oldest_waiting`](Self::oldest_waiting)), and only with a layout
+    /// that has a pair field (it tells the sender). Called again, it sets the new limit.
+    pub fn hold_backlog(&mut self, lib: LibId, limit: BacklogLimit) -> Result<(), NodeError> {
+        let id = self.engine.libs.ns(lib)?.id();
+        if self.host.is_some() {
+            return Err(NodeError::Usage(
+                "backlog limits need the node's own worker (a host's libraries receive with \
+                 their own calls)",
+            ));
+        }
+        if self.registry.layout().pair_bits() == 0 {
+            return Err(NodeError::Usage(
+                "backlog limits need a layout with a pair field (it tells who sent a message)",
+            ));
+        }
+        if limit.messages == 0 || limit.bytes == 0 {
+            return Err(NodeError::Usage(
+                "a backlog limit of 0 messages or 0 bytes would cut off every peer",
+            ));
+        }
+        self.backlog.hold(id, limit);
+        Ok(())
+    }
+
+    /// Whether the last drain or hold pass took something (messages keep coming that the node,
+    /// not a receive, has to take).
+    fn flooded(&self) -> bool {
+        self.engine.sweep.is_flooded() || self.backlog.is_busy()
+    }
+
+    /// How long a drain or hold pass may run ([`STRAY_FLOOD_BUDGET_US`] while flooded).
+    fn drain_budget(&self) -> Duration {
+        Duration::from_micros(if self.flooded() {
+            STRAY_FLOOD_BUDGET_US
+        } else {
+            STRAY_TIME_BUDGET_US
+        })
+    }
+
+    /// A held message for a receive with matcher `m`, if its namespace is held and one
+    /// matches: the oldest (it was sent before anything still in UCX's queue that matches).
+    fn take_held(&mut self, m: &tagspace_core::Matcher) -> Option<Message> {
+        if !self.backlog.is_active() {
+            return None;
+        }
+        let id = self.registry.layout().namespace_of(m.tag());
+        Some(self.backlog.take(id, m.tag(), m.mask())?.msg)
+    }
+
+    /// One pass of the held namespaces' backlogs ([`Node::hold_backlog`]), within the stray
+    /// drain's time budget; cuts off the peers over their limit. Whether it took anything.
+    fn hold_pass(&mut self) -> bool {
+        let deadline = Instant::now() + self.drain_budget();
+        let layout = self.registry.layout();
+        let mut queue = Holds {
+            worker: &self.worker,
+            stats: &mut self.stats,
+            by_id: &mut self.stray_by_id,
+            layout,
+        };
+        let conns = &self.engine.conns;
+        let pass = self.backlog.pass(
+            layout,
+            &mut queue,
+            |tag| conns.sender_of(layout, tag),
+            || Instant::now() >= deadline,
+        );
+        self.stats.held += pass.held;
+        self.stats.backlog_dropped += pass.dropped + pass.released.len() as u64;
+        let took = pass.took();
+        drop(pass.released);
+        for &peer in &pass.floods {
+            tracing::warn!(
+                peer,
+                "peer left more messages waiting than its backlog limit; closing its connections"
+            );
+            self.stats.backlog_floods += 1;
+            self.stats.flood_closes += 1;
+            for i in 0..self.engine.conns.len() {
+                let c = self.engine.conns.get(i);
+                if c.is_open() && c.peer() == Some(peer) {
+                    self.cut_off(i, Some(CloseReason::Flood));
+                }
+            }
+        }
+        took
     }
 
     /// The exact matcher (full mask, D1) for `payload` in `lib`'s namespace from `peer`: what
@@ -1469,7 +1625,13 @@ impl Node {
                 self.worker.reap();
                 false
             }
-            _ => self.worker.progress_up_to(UCX_PROGRESS_PER_CALL) > 0,
+            _ => {
+                self.worker.progress_up_to(if self.flooded() {
+                    1
+                } else {
+                    UCX_PROGRESS_PER_CALL
+                }) > 0
+            }
         };
         while let Some(accepted) = self.listener.as_ref().and_then(Listener::accept) {
             busy = true;
@@ -1512,6 +1674,9 @@ impl Node {
         if self.engine.sweep_due(now) {
             busy |= self.drain_strays() > 0;
         }
+        if self.host.is_none() && self.backlog.due(now) {
+            busy |= self.hold_pass();
+        }
         busy
     }
 
@@ -1525,7 +1690,13 @@ impl Node {
         let at = self.engine.poll_timeout(now, |op| match op {
             Op::WaitingRoute(w) => Some(w.deadline_ms()),
             _ => None,
-        })?;
+        });
+        let held = self
+            .host
+            .is_none()
+            .then(|| self.backlog.next_ms())
+            .flatten();
+        let at = at.into_iter().chain(held).min()?;
         Some(at.saturating_sub(now))
     }
 
@@ -1830,6 +2001,7 @@ impl Node {
             Control::Handled => {}
             Control::Established { peer, superseded } => {
                 tracing::info!(peer, "connection established");
+                self.backlog.proven(peer);
                 for k in superseded {
                     tracing::info!(
                         peer,
@@ -2201,10 +2373,11 @@ impl Node {
     /// unregistered id — each scans UCX's queue, which UCX hashes only for full masks —
     /// started every [`DRAIN_INTERVAL_MS`] and resumed where the previous call's budget ended.
     pub fn drain_strays(&mut self) -> u64 {
+        let budget = self.drain_budget();
         // Host mode: nothing (the engine's sweep takes nothing from a host's queue).
         // Every probe may scan UCX's whole unexpected queue, whose length a flood decides: the
         // engine's counts bound the probes, the clock bounds what they cost together.
-        let deadline = Instant::now() + Duration::from_micros(STRAY_TIME_BUDGET_US);
+        let deadline = Instant::now() + budget;
         let registry = self.registry;
         let (taken, looks, probes) = self.with_strays(|engine, queue| {
             engine.sweep_pass(registry, queue, || Instant::now() >= deadline)
@@ -2301,18 +2474,48 @@ impl engine::QueueHead for Strays<'_> {
         self.oldest = self.worker.tag_probe(0, 0).map(|m| m.tag);
         self.oldest
     }
-    fn take_matching(&mut self, tag: u64, mask: u64, id: u16) -> bool {
+    fn take_matching(&mut self, tag: u64, mask: u64, id: u16, forged: bool) -> bool {
         let taken = self.take(tag, mask, id);
-        self.stats.forged += u64::from(taken);
+        self.stats.forged += u64::from(taken && forged);
         taken
     }
     fn first(&mut self, tag: u64, mask: u64) -> Option<u64> {
         self.worker.tag_probe(tag, mask).map(|m| m.tag)
     }
     fn take_oldest(&mut self, id: u16, forged: bool) -> bool {
-        // By its exact tag: a hashed lookup.
-        let taken = (self.oldest.take()).is_some_and(|tag| self.take(tag, u64::MAX, id));
+        // The message `oldest_tag` looked at, by the same mask-0 probe, which stops at the head
+        // of UCX's queue: O(1) however long the queue. (Nothing ran in between, and nothing
+        // but this node receives from its own worker; an exact-tag lookup would walk one of
+        // UCX's 1021 hash buckets, each a thousandth of a flooded queue.)
+        let taken = (self.oldest.take()).is_some() && self.take(0, 0, id);
         self.stats.forged += u64::from(taken && forged);
         taken
+    }
+}
+
+/// The held namespaces' view of UCX's unexpected queue ([`engine::HoldQueue`]).
+struct Holds<'n> {
+    worker: &'n Worker,
+    layout: &'n TagLayout,
+    stats: &'n mut NodeStats,
+    by_id: &'n mut Vec<u64>,
+}
+
+impl engine::HoldQueue<Message> for Holds<'_> {
+    fn take_first(&mut self, tag: u64, mask: u64) -> Option<(u64, usize, Message)> {
+        let m = self.worker.tag_probe_hold(tag, mask)?;
+        let info = m.info();
+        Some((info.tag, info.len, m))
+    }
+    fn discard(&mut self, tag: u64, msg: Message, forged: bool) {
+        // Dropping the message receives it into a few bytes (parked until UCX is done).
+        drop(msg);
+        if forged {
+            self.stats.stray += 1;
+            self.stats.forged += 1;
+            if let Some(c) = self.by_id.get_mut(self.layout.namespace_of(tag) as usize) {
+                *c += 1;
+            }
+        }
     }
 }

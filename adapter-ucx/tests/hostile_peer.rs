@@ -11,6 +11,7 @@ mod common;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use tagspace_core::wellknown::CONTROL_ID;
 use tagspace_ucx::node::{LibId, Node, OpId};
 
 /// The hostile peer, built once per test run (tests run on several threads).
@@ -364,7 +365,6 @@ fn splitmix(x: &mut u64) -> u64 {
 /// 115 s under such a flood.)
 #[test]
 fn a_flood_of_random_tags_is_drained_in_bounded_steps() {
-    use tagspace_ucx::node::{STRAY_PROBES_PER_CALL, STRAY_TAKES_PER_CALL};
     // `HOSTILE_FLOOD_TAGS=110000` makes it a ~10 s flood (the README's figure; run with
     // --nocapture to see the longest progress call, which is printed, never asserted).
     let n: u64 = std::env::var("HOSTILE_FLOOD_TAGS")
@@ -373,40 +373,196 @@ fn a_flood_of_random_tags_is_drained_in_bounded_steps() {
         .unwrap_or(20_000);
     const SEED: u64 = 0x7a65;
     let (mut a, la, mut b, lb) = pair();
+    let child = attack(&a, &["tags", &n.to_string(), &format!("{SEED:#x}")]);
+    let f = flood_with_pings(&mut a, la, &mut b, lb, child, |a, sent| {
+        assert_eq!(sent, n);
+        let mut x = SEED;
+        (0..n)
+            .filter(|_| is_stray(a, splitmix(&mut x), false))
+            .count() as u64
+    });
+    f.report(&format!("flood of {n} random tags"));
+    a.shutdown(500);
+    b.shutdown(500);
+}
+
+/// A stranger's mixed flood for `HOSTILE_MIX_MS` (default 3 000; the README's run: 30 000):
+/// random 64-bit tags alternating with dask's namespace, a guessed pair value and small
+/// payloads, `HOSTILE_MIX_RATE` a second. Every stray is drained, none of the rest (D2, D4), the
+/// honest traffic arrives exactly once, and the node's memory stays within
+/// [`MIX_RSS_BOUND_KIB`] of where it started (the process's RSS, both nodes in it). A stranger
+/// is closed at the handshake deadline (10 s), so a long flood is several connections, one
+/// after the other, [`MIX_CHUNK_MS`] each.
+#[test]
+fn a_mixed_flood_keeps_memory_bounded() {
+    let ms: u64 = std::env::var("HOSTILE_MIX_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3_000);
+    let rate: u64 = std::env::var("HOSTILE_MIX_RATE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(MIX_RATE);
+    let (mut a, la, mut b, lb) = pair();
+    // No legacy code here: a stranger's id-0 tags are strays too (with legacy code, they would
+    // wait for it, in front of every probe).
+    a.set_legacy_tags(false);
+    let layout = *a.layout();
+    let base = layout.base(a.namespace(la).unwrap().id());
+    let pair_mask = layout.pair_value_bits(u32::MAX);
+    let rss0 = rss_kib();
+    let mut rss_peak = rss0;
+    let mut left = ms;
+    let mut seed: u64 = 0x6d69;
+    while left > 0 {
+        let chunk = left.min(MIX_CHUNK_MS);
+        left -= chunk;
+        seed += 1;
+        let child = attack(
+            &a,
+            &[
+                "mix",
+                &chunk.to_string(),
+                &format!("{seed:#x}"),
+                &format!("{base:#x}"),
+                &format!("{pair_mask:#x}"),
+                &rate.to_string(),
+            ],
+        );
+        let f = flood_with_pings(&mut a, la, &mut b, lb, child, |a, sent| {
+            let mut x = seed;
+            (0..sent)
+                .filter(|i| {
+                    let r = splitmix(&mut x);
+                    let tag = if i % 2 == 0 {
+                        r
+                    } else {
+                        base | (r & pair_mask) | ((r >> 48) % 1000)
+                    };
+                    is_stray(a, tag, true)
+                })
+                .count() as u64
+        });
+        f.report(&format!("mixed flood, {chunk} ms at {rate}/s"));
+        rss_peak = rss_peak.max(f.rss_peak);
+    }
+    eprintln!("mixed flood for {ms} ms: RSS {rss0} KiB before, {rss_peak} KiB at the peak");
+    assert!(
+        rss_peak.saturating_sub(rss0) <= MIX_RSS_BOUND_KIB,
+        "RSS grew from {rss0} KiB to {rss_peak} KiB"
+    );
+    a.shutdown(500);
+    b.shutdown(500);
+}
+
+/// How long one connection of the mixed flood sends (below the 10 s handshake deadline).
+const MIX_CHUNK_MS: u64 = 7_500;
+
+/// How far the process's RSS may grow under the mixed flood: UCX's descriptor pools at the
+/// flood's peak and the allocator's slack (measured: see the README), never the flood itself.
+const MIX_RSS_BOUND_KIB: u64 = 64 * 1024;
+
+/// Messages a second the mixed flood sends by default (`HOSTILE_MIX_RATE`): 0, as fast as UCX
+/// sends them (about 230 000 a second here).
+const MIX_RATE: u64 = 0;
+
+/// Whether `a`, with only dask registered, drains `tag` as a stray: its namespace id is
+/// another (but legacy id 0, unless `id0`; the control id's are strays too, not being acks),
+/// or dask's with a pair value no proven peer was given.
+fn is_stray(a: &Node, tag: u64, id0: bool) -> bool {
     let field = a.layout().namespace_field();
-    let dask = a.namespace(la).unwrap().id();
-    let mut x = SEED;
-    // Strays: every tag in an id nobody registered, and every one in dask's namespace with a
-    // pair value no proven peer was given (all of them but a 2^-24 chance); legacy id 0 stays.
-    let want_strays = (0..n)
-        .map(|_| splitmix(&mut x))
-        .filter(|&t| {
-            let id = ((t & field.mask()) >> field.shift()) as u16;
-            id != 0 && (id != dask || a.sender_of(t).is_none())
-        })
-        .count() as u64;
+    let id = ((tag & field.mask()) >> field.shift()) as u16;
+    let registered = id != CONTROL_ID && a.registry().name_of(id).is_some();
+    (id0 || id != 0) && (!registered || a.sender_of(tag).is_none())
+}
+
+/// What a flood did to the node under attack.
+struct Flood {
+    sent: u64,
+    strays: u64,
+    took: Duration,
+    longest: Duration,
+    longest_cpu: Duration,
+    max_probes: u64,
+    max_heads: u64,
+    pings: Vec<Duration>,
+    rss0: u64,
+    rss_peak: u64,
+}
+
+impl Flood {
+    fn report(&self, what: &str) {
+        let mut pings = self.pings.clone();
+        pings.sort();
+        let pct = |q: f64| {
+            let i = ((pings.len() as f64 * q) as usize).min(pings.len().saturating_sub(1));
+            pings.get(i).copied().unwrap_or_default()
+        };
+        eprintln!(
+            "{what}: {} messages over {:?}, {} strays drained, longest progress call {:?} ({:?} \
+             of CPU), at most {} partial-mask probes and {} looks at the head per call; {} honest \
+             messages during it, send to receipt p50 {:?} p99 {:?}; RSS of the test process {} \
+             KiB before, {} KiB at the peak, {} KiB after",
+            self.sent,
+            self.took,
+            self.strays,
+            self.longest,
+            self.longest_cpu,
+            self.max_probes,
+            self.max_heads,
+            pings.len(),
+            pct(0.5),
+            pct(0.99),
+            self.rss0,
+            self.rss_peak,
+            rss_kib()
+        );
+    }
+}
+
+/// Runs the hostile peer's flood against `a` while `b` sends it one honest message at a time
+/// (timed from send to receipt) and a few honest exchanges; once the peer has exited, until
+/// `a` has drained exactly `want(a, messages the peer sent)` strays. Asserts D4's per-call
+/// bounds and the honest traffic; measures the rest.
+fn flood_with_pings(
+    a: &mut Node,
+    la: LibId,
+    b: &mut Node,
+    lb: LibId,
+    mut child: Child,
+    want: impl FnOnce(&Node, u64) -> u64,
+) -> Flood {
+    use tagspace_ucx::node::{STRAY_PROBES_PER_CALL, STRAY_TAKES_PER_CALL};
     let strays_before = a.stats().stray;
-    let mut child = attack(&a, &["tags", &n.to_string(), &format!("{SEED:#x}")]);
-    let (mut longest, mut longest_cpu) = (Duration::ZERO, Duration::ZERO);
+    let mut f = Flood {
+        sent: 0,
+        strays: 0,
+        took: Duration::ZERO,
+        longest: Duration::ZERO,
+        longest_cpu: Duration::ZERO,
+        max_probes: 0,
+        max_heads: 0,
+        pings: Vec::new(),
+        rss0: rss_kib(),
+        rss_peak: 0,
+    };
     let mut round = 10;
-    let (mut max_probes, mut max_heads) = (0, 0);
     let start = Instant::now();
-    let mut exited = false;
+    let mut want_strays: Option<u64> = None;
+    let mut want = Some(want);
     // One honest message at a time from b to a during the flood, timed from send to receipt.
     let (ta, tb) = (a.token(), b.token());
     let mut ping: Option<(OpId, OpId, Instant, u64)> = None;
-    let mut pings: Vec<Duration> = Vec::new();
-    let rss0 = rss_kib();
-    while !exited || a.stats().stray - strays_before < want_strays || ping.is_some() {
-        if ping.is_none() && !exited {
-            let p = 500_000 + pings.len() as u64;
+    while want_strays.is_none_or(|w| a.stats().stray - strays_before < w) || ping.is_some() {
+        if ping.is_none() && want_strays.is_none() {
+            let p = 500_000 + f.pings.len() as u64;
             let r = a.recv_from(la, tb, p, 64);
             let s = b.send(lb, ta, p, p.to_le_bytes().to_vec(), 10_000);
             ping = Some((r, s, Instant::now(), p));
         }
         if let Some((r, s, at, p)) = ping {
             if a.is_done(r) && b.is_done(s) {
-                pings.push(at.elapsed());
+                f.pings.push(at.elapsed());
                 let got = a.take(r).unwrap().unwrap().unwrap();
                 assert_eq!(got, p.to_le_bytes().to_vec(), "the honest message");
                 b.take(s).unwrap().unwrap();
@@ -414,68 +570,67 @@ fn a_flood_of_random_tags_is_drained_in_bounded_steps() {
             }
         }
         assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "strays not drained: {} of {want_strays}",
+            start.elapsed() < Duration::from_secs(180),
+            "strays not drained: {} of {want_strays:?}",
             a.stats().stray - strays_before
         );
         let (before, heads) = (a.stats().stray_probes, a.stats().stray_head_probes);
         let (t, c) = (Instant::now(), thread_cpu());
         a.progress();
-        longest = longest.max(t.elapsed());
-        longest_cpu = longest_cpu.max(thread_cpu() - c);
-        max_probes = max_probes.max(a.stats().stray_probes - before);
-        max_heads = max_heads.max(a.stats().stray_head_probes - heads);
+        f.longest = f.longest.max(t.elapsed());
+        f.longest_cpu = f.longest_cpu.max(thread_cpu() - c);
+        f.max_probes = f.max_probes.max(a.stats().stray_probes - before);
+        f.max_heads = f.max_heads.max(a.stats().stray_head_probes - heads);
         b.progress();
-        if !exited {
-            if let Some(st) = child.try_wait().unwrap() {
-                assert!(st.success(), "hostile peer failed ({st})");
-                exited = true;
+        if f.pings.len() % 64 == 0 {
+            f.rss_peak = f.rss_peak.max(rss_kib());
+        }
+        if want_strays.is_none() {
+            if child.try_wait().unwrap().is_some() {
+                let out = std::mem::replace(&mut child, Command::new("true").spawn().unwrap());
+                let out = out.wait_with_output().unwrap();
+                let text = String::from_utf8_lossy(&out.stdout).into_owned();
+                assert!(out.status.success(), "hostile peer failed: {text}");
+                f.sent = text
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or_else(|| panic!("hostile peer's count: {text}"));
+                f.took = start.elapsed();
+                want_strays = Some(want.take().expect("once")(a, f.sent));
             }
             // Honest traffic in the middle of the flood.
             if round < 13 {
-                honest_exchange(&mut a, la, &mut b, lb, round);
+                honest_exchange(a, la, b, lb, round);
                 round += 1;
             }
         }
     }
-    child.wait().unwrap(); // already exited: reaps it for good
-                           // Nothing else is taken: give the sweep a few more rounds.
+    child.wait().unwrap();
+    // Nothing else is taken: give the sweep a few more rounds.
     for _ in 0..20 {
         a.clock().advance(0);
         std::thread::sleep(Duration::from_millis(2));
         let (before, heads) = (a.stats().stray_probes, a.stats().stray_head_probes);
         a.progress();
-        max_probes = max_probes.max(a.stats().stray_probes - before);
-        max_heads = max_heads.max(a.stats().stray_head_probes - heads);
+        f.max_probes = f.max_probes.max(a.stats().stray_probes - before);
+        f.max_heads = f.max_heads.max(a.stats().stray_head_probes - heads);
     }
-    pings.sort();
-    let pct = |q: f64| {
-        let i = ((pings.len() as f64 * q) as usize).min(pings.len().saturating_sub(1));
-        pings.get(i).copied().unwrap_or_default()
-    };
-    eprintln!(
-        "flood of {n} random tags over {:?}: {want_strays} strays drained, longest progress call \
-         {longest:?} ({longest_cpu:?} of CPU), at most {max_probes} partial-mask probes and {max_heads} looks at \
-         the head per call; {} honest messages during it, send to receipt p50 {:?} p99 {:?}; \
-         RSS of the test process {rss0} KiB before, {} KiB after",
-        start.elapsed(),
-        pings.len(),
-        pct(0.5),
-        pct(0.99),
-        rss_kib()
-    );
-    assert_eq!(a.stats().stray - strays_before, want_strays);
+    f.rss_peak = f.rss_peak.max(rss_kib());
+    f.strays = a.stats().stray - strays_before;
+    assert_eq!(Some(f.strays), want_strays);
     assert!(
-        max_probes <= STRAY_PROBES_PER_CALL as u64,
-        "{max_probes} partial-mask probes in one progress call"
+        f.max_probes <= STRAY_PROBES_PER_CALL as u64,
+        "{} partial-mask probes in one progress call",
+        f.max_probes
     );
     assert!(
-        max_heads <= STRAY_TAKES_PER_CALL as u64,
-        "{max_heads} looks at the head in one progress call"
+        f.max_heads <= STRAY_TAKES_PER_CALL as u64,
+        "{} looks at the head in one progress call",
+        f.max_heads
     );
-    honest_exchange(&mut a, la, &mut b, lb, 99);
-    a.shutdown(500);
-    b.shutdown(500);
+    honest_exchange(a, la, b, lb, 99);
+    f
 }
 
 /// Resident memory of this process, in KiB (Linux).

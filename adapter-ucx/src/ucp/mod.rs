@@ -879,6 +879,23 @@ impl Worker {
         }
     }
 
+    /// Takes the oldest unexpected message matching `(tag, mask)` out of UCX's queue without
+    /// receiving it yet: what waited stays where UCX keeps it (an eager message's data, a
+    /// rendezvous message's header only), no other receive can match it any more, and
+    /// [`Message::recv`] or [`Message::recv_into`] receives it later into a buffer of the
+    /// receiver's choosing.
+    pub fn tag_probe_hold(&self, tag: u64, mask: u64) -> Option<Message> {
+        // SAFETY: zeroed is a valid value for this plain C struct.
+        let mut info: sys::ucp_tag_recv_info_t = unsafe { std::mem::zeroed() };
+        // SAFETY: remove = 1: the message is ours; `Message` receives it exactly once.
+        let raw = unsafe { sys::ucp_tag_probe_nb(self.raw(), tag, mask, 1, &mut info) };
+        (!raw.is_null()).then(|| Message {
+            raw,
+            info: TagInfo::from(&info),
+            worker: self.clone(),
+        })
+    }
+
     /// A listener on `addr` (port 0: any free port; see [`Listener::local_addr`]).
     pub fn listen(&self, addr: SocketAddr) -> Result<Listener, UcxError> {
         let sa = SockAddr::from(addr);
@@ -902,6 +919,77 @@ impl Worker {
             queue,
             worker: self.clone(),
         })
+    }
+}
+
+/// A message taken out of UCX's unexpected queue and not received yet
+/// ([`Worker::tag_probe_hold`]). Dropped unreceived, it is received into a few bytes and
+/// discarded (UCX then lets a rendezvous sender go).
+pub struct Message {
+    raw: sys::ucp_tag_message_h,
+    info: TagInfo,
+    worker: Worker,
+}
+
+impl Message {
+    /// Its tag and length.
+    pub fn info(&self) -> TagInfo {
+        self.info
+    }
+
+    fn take_raw(&mut self) -> sys::ucp_tag_message_h {
+        std::mem::replace(&mut self.raw, ptr::null_mut())
+    }
+
+    /// Receives it into a buffer of at most `max_len` bytes: a longer message completes with
+    /// `UCS_ERR_MESSAGE_TRUNCATED`, as a posted receive would.
+    pub fn recv(mut self, max_len: usize) -> Result<Request, UcxError> {
+        let raw = self.take_raw();
+        let mut buf = Vec::with_capacity(self.info.len.min(max_len));
+        // SAFETY: `raw` came from a probe with remove and is received once; the buffer lives
+        // in the Request.
+        match unsafe { (self.worker).msg_recv(buf.as_mut_ptr(), buf.capacity(), raw, true)? } {
+            Some(req) => Ok(Request::new(&self.worker, req, Kind::Recv, Some(buf))),
+            None => Err(UcxError {
+                op: "ucp_tag_msg_recv_nbx (completed without a request)",
+                status: Status::NO_MESSAGE,
+            }),
+        }
+    }
+
+    /// Receives it into the caller's `buf`, progressing the worker until it is in (a
+    /// rendezvous transfer takes that long): its tag and length, or
+    /// `UCS_ERR_MESSAGE_TRUNCATED` if it is longer than `buf` (it is consumed).
+    pub fn recv_into(mut self, buf: &mut [u8]) -> Result<TagInfo, UcxError> {
+        let raw = self.take_raw();
+        let info = self.info;
+        // SAFETY: `raw` came from a probe with remove and is received once; `buf` stays
+        // borrowed until the request (if any) completes below.
+        match unsafe { (self.worker).msg_recv(buf.as_mut_ptr(), buf.len(), raw, false)? } {
+            None if info.len > buf.len() => Err(UcxError {
+                op: "receive",
+                status: Status::MESSAGE_TRUNCATED,
+            }),
+            None => Ok(info),
+            Some(req) => self.worker.wait_request(req, "receive").map(|()| info),
+        }
+    }
+}
+
+impl Drop for Message {
+    fn drop(&mut self) {
+        let raw = self.take_raw();
+        if raw.is_null() {
+            return;
+        }
+        let mut buf: Vec<u8> = Vec::with_capacity(64);
+        // SAFETY: `raw` came from a probe with remove and is received once, into a buffer the
+        // Request keeps (parked on the worker when dropped unfinished).
+        if let Ok(Some(req)) =
+            unsafe { (self.worker).msg_recv(buf.as_mut_ptr(), buf.capacity(), raw, true) }
+        {
+            drop(Request::new(&self.worker, req, Kind::Recv, Some(buf)));
+        }
     }
 }
 

@@ -13,6 +13,13 @@
  *                                        BASE | G << SHIFT | p for p in FIRST..FIRST+COUNT,
  *                                        each "FORGED!!" padded to SIZE bytes (default 8,
  *                                        at most 65536; never a handshake)
+ *   hostile_peer IP PORT mix MS SEED BASE PAIRMASK RATE
+ *                                        for MS milliseconds, eager tag messages from one
+ *                                        splitmix stream r: even ones the random tag r, odd
+ *                                        ones BASE | (r & PAIRMASK) | (r >> 48) % 1000 (a
+ *                                        registered namespace, a guessed pair value, a small
+ *                                        payload), at most RATE a second (0: as fast as
+ *                                        UCX sends them); prints how many it sent
  *   hostile_peer IP PORT churn N         N times: connect, wait until wired up, close at once
  *   hostile_peer IP PORT early N ID      at once after connecting, N 16-byte AMs on id ID (the
  *                                        victim's control id), before anything else
@@ -305,6 +312,22 @@ int main(int argc, char **argv)
         for (i = 0; i < n && rc == 0; i++) {
             memset(&rp, 0, sizeof(rp));
             rc |= wait_req(ucp_tag_send_nbx(ep, &payload, sizeof(payload), splitmix(&seed), &rp),
+                           "ucp_tag_send_nbx");
+        }
+        printf("sent %ld tag messages\n", i);
+    } else if (strcmp(argv[3], "mix") == 0 && argc >= 9) {
+        double start = now_ms(), until = start + atof(argv[4]), rate = atof(argv[8]);
+        uint64_t seed = strtoull(argv[5], NULL, 0), base = strtoull(argv[6], NULL, 0);
+        uint64_t pair_mask = strtoull(argv[7], NULL, 0), r, tag;
+        long i;
+        for (i = 0; rc == 0 && (i % 256 != 0 || now_ms() < until); i++) {
+            while (rate > 0 && i % 256 == 0 && i > (now_ms() - start) * rate / 1e3) {
+                ucp_worker_progress(worker);
+            }
+            r   = splitmix(&seed);
+            tag = (i % 2 == 0) ? r : (base | (r & pair_mask) | ((r >> 48) % 1000));
+            memset(&rp, 0, sizeof(rp));
+            rc |= wait_req(ucp_tag_send_nbx(ep, &payload, sizeof(payload), tag, &rp),
                            "ucp_tag_send_nbx");
         }
         printf("sent %ld tag messages\n", i);

@@ -166,6 +166,10 @@ impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, 
 }
 
 #[cfg(feature = "alloc")]
+mod backlog;
+#[cfg(feature = "alloc")]
+pub use backlog::{Backlog, BacklogLimit, Held, HoldPass, HoldQueue, HOLD_LOOKS_PER_CALL};
+#[cfg(feature = "alloc")]
 mod conns;
 #[cfg(feature = "alloc")]
 pub use conns::{
@@ -987,7 +991,7 @@ mod tests {
         fn take_oldest(&mut self, _: u16, _: bool) -> bool {
             false
         }
-        fn take_matching(&mut self, _: u64, _: u64, _: u16) -> bool {
+        fn take_matching(&mut self, _: u64, _: u64, _: u16, _: bool) -> bool {
             false
         }
         fn first(&mut self, _: u64, _: u64) -> Option<u64> {

@@ -24,8 +24,9 @@ pub const DRAIN_INTERVAL_MS: u64 = 10;
 pub const GAP_PROBES_PER_SWEEP: u32 = 64;
 
 /// How many unexpected messages one pass takes from the head of the transport's queue at most
-/// (each a hashed exact lookup) before it sweeps id by id.
-pub const STRAY_TAKES_PER_CALL: u32 = 1024;
+/// (each a constant-time look and take) before it sweeps id by id; and how many the sweep
+/// takes at most. Under a flood the adapter's time budget ends a pass first.
+pub const STRAY_TAKES_PER_CALL: u32 = 8192;
 
 /// The adapter's view of its transport's queue of unexpected tag messages, by namespace id
 /// (a probe with the namespace field's mask).
@@ -120,6 +121,8 @@ pub struct Sweep {
     gap_start: u32,
     /// The last pass took strays.
     flooded: bool,
+    /// Messages in namespace id 0 are strays too (no legacy code uses the worker).
+    id0_strays: bool,
     last_start_ms: Option<u64>,
 }
 
@@ -132,8 +135,9 @@ pub trait QueueHead: StrayQueue {
     /// Takes (and drops) the oldest unexpected message as a stray of namespace id `id`;
     /// `forged`: in a registered namespace, for its pair value.
     fn take_oldest(&mut self, id: u16, forged: bool) -> bool;
-    /// Takes (and drops) one message matching `(tag, mask)` as a stray of namespace id `id`.
-    fn take_matching(&mut self, tag: u64, mask: u64, id: u16) -> bool;
+    /// Takes (and drops) one message matching `(tag, mask)` as a stray of namespace id `id`;
+    /// `forged`: in a registered namespace, for its pair value.
+    fn take_matching(&mut self, tag: u64, mask: u64, id: u16, forged: bool) -> bool;
     /// The tag of the oldest message matching `(tag, mask)`, without taking it.
     fn first(&mut self, tag: u64, mask: u64) -> Option<u64>;
 }
@@ -161,6 +165,19 @@ impl Sweep {
         self.next_id != 0 || self.flooded
     }
 
+    /// Whether messages with namespace id 0 are strays: `false` (the default) leaves them to
+    /// legacy code, which receives its tags on the same worker with its own calls (R6); `true`
+    /// where no such code exists, so that a stranger's id-0 tags are drained like any other.
+    pub fn set_id0_strays(&mut self, strays: bool) {
+        self.id0_strays = strays;
+    }
+
+    /// Whether the last pass took strays: they keep coming, and the adapter should give the
+    /// drain more of each call than it gives to taking in more messages.
+    pub fn is_flooded(&self) -> bool {
+        self.flooded
+    }
+
     /// When a pass is next due (adapter time): at once while a sweep is under way or strays
     /// keep coming, else when the next sweep starts.
     pub fn next_ms(&self) -> Option<u64> {
@@ -186,6 +203,14 @@ impl Sweep {
         out_of_time: impl Fn() -> bool,
     ) -> (u64, u64, u64) {
         let (mut taken, mut looks, mut probes) = (0u64, 0u64, 0u64);
+        let id0_strays = self.id0_strays;
+        let owned = |id: u16| is_owned(registry, id) && !(id == 0 && id0_strays);
+        let stray_kind = |tag: u64| {
+            let id = registry.layout().namespace_of(tag);
+            let forged = owned(id) && pairs.forged(id, tag);
+            (id, forged, forged || !owned(id))
+        };
+        let mut stuck = false;
         for _ in 0..STRAY_TAKES_PER_CALL {
             if out_of_time() {
                 self.flooded = taken > 0;
@@ -195,17 +220,68 @@ impl Sweep {
             let Some(tag) = queue.oldest_tag() else {
                 break;
             };
-            let id = registry.layout().namespace_of(tag);
-            let forged = is_owned(registry, id) && pairs.forged(id, tag);
-            let stray = forged || !is_owned(registry, id);
+            let (id, forged, stray) = stray_kind(tag);
             if !stray || !queue.take_oldest(id, forged) {
+                stuck = true;
                 break;
             }
             taken += 1;
         }
+        // The head is a message someone here owns (legacy id 0's, a library's not received
+        // yet, the control plane's): the strays behind it are found by probes for "bit b of the
+        // namespace field is set", one bit after the other. Each stops at the first message
+        // with that bit set, which is near the head — only owned messages and strays without
+        // that bit are before it, and the next bits take those — so a flood behind a message
+        // that stays (a stranger's id-0 tag: legacy code's, never drained) is still taken in
+        // constant time per message. A bit whose first message is owned is left for this pass.
+        // Where id 0 is nobody's ([`Sweep::set_id0_strays`]), "the namespace field is 0" is
+        // one more pattern.
+        let field = registry.layout().namespace_field();
+        let n = field.width() + u32::from(id0_strays);
+        let mut blocked: u32 = 0;
+        let all = (1u32 << n) - 1;
+        let mut b = 0u32;
+        while stuck && blocked != all && taken < STRAY_TAKES_PER_CALL as u64 && !out_of_time() {
+            b = (b + 1) % n;
+            if blocked & (1 << b) != 0 {
+                continue;
+            }
+            let (tag, mask) = if b < field.width() {
+                let bit = 1u64 << (field.shift() + b);
+                (bit, bit)
+            } else {
+                (0, field.mask())
+            };
+            looks += 1;
+            let Some((id, forged, true)) = queue.first(tag, mask).map(stray_kind) else {
+                blocked |= 1 << b;
+                continue;
+            };
+            if !queue.take_matching(tag, mask, id, forged) {
+                blocked |= 1 << b;
+                continue;
+            }
+            taken += 1;
+        }
         let layout = pairs.layout;
+        // A probe that takes a message stops at it; one that finds nothing scans the whole
+        // queue. `budget` counts the misses; the takes are bounded like the head's.
         let mut budget = budget;
-        while budget > 0 && self.next_id != 0 && !out_of_time() {
+        let head_taken = taken;
+        fn took(budget: &mut u32, probes: &mut u64, taken: &mut u64, hit: bool) -> bool {
+            if hit {
+                *taken += 1;
+            } else {
+                *budget -= 1;
+                *probes += 1;
+            }
+            hit
+        }
+        while budget > 0
+            && taken - head_taken < STRAY_TAKES_PER_CALL as u64
+            && self.next_id != 0
+            && !out_of_time()
+        {
             let id = self.next_id;
             if id as usize >= registry.capacity() {
                 self.next_id = 0;
@@ -220,19 +296,20 @@ impl Sweep {
                 // namespace's oldest message (one probe that stops at it): while that is a
                 // forgery, it is taken by its exact tag; nothing there, nothing to sweep.
                 if self.next_gap == 0 {
-                    budget -= 1;
-                    probes += 1;
                     let space = layout.space(id);
                     match queue.first(space.tag, space.mask) {
                         Some(tag) if pairs.forged(id, tag) => {
-                            if queue.take_matching(tag, u64::MAX, id) {
-                                taken += 1;
-                                continue;
+                            // the same probe, with removal: the message just looked at
+                            let hit = queue.take_matching(space.tag, space.mask, id, true);
+                            if !took(&mut budget, &mut probes, &mut taken, hit) {
+                                self.next_gap = 1;
                             }
-                            self.next_gap = 1;
                         }
                         Some(_) => self.next_gap = 1,
-                        None => self.next_id += 1,
+                        None => {
+                            took(&mut budget, &mut probes, &mut taken, false);
+                            self.next_id += 1;
+                        }
                     }
                     continue;
                 }
@@ -247,22 +324,16 @@ impl Sweep {
                     self.next_gap = 0;
                     continue;
                 };
-                budget -= 1;
-                probes += 1;
                 let tag = layout.base(id) | layout.pair_value_bits(value);
                 let mask = layout.fixed_mask() | layout.pair_value_bits(mask);
-                if queue.take_matching(tag, mask, id) {
-                    taken += 1;
-                } else {
+                let hit = queue.take_matching(tag, mask, id, true);
+                if !took(&mut budget, &mut probes, &mut taken, hit) {
                     self.next_gap += 1;
                 }
                 continue;
             }
-            budget -= 1;
-            probes += 1;
-            if queue.take_one(id) {
-                taken += 1; // the same id again: there may be more
-            } else {
+            // a hit: the same id again, there may be more
+            if !took(&mut budget, &mut probes, &mut taken, queue.take_one(id)) {
                 self.next_id += 1;
             }
         }
@@ -310,7 +381,7 @@ mod tests {
         fn take_oldest(&mut self, _: u16, _: bool) -> bool {
             self.0.pop_front().is_some()
         }
-        fn take_matching(&mut self, tag: u64, mask: u64, _: u16) -> bool {
+        fn take_matching(&mut self, tag: u64, mask: u64, _: u16, _: bool) -> bool {
             self.take_first(tag, mask)
         }
         fn first(&mut self, tag: u64, mask: u64) -> Option<u64> {
@@ -350,8 +421,11 @@ mod tests {
         let mut s = Sweep::new();
         assert!(s.due(0));
         let (taken, looks, probes) = with_check(|p| s.pass(&reg, 3, &mut q, p, || false));
-        assert_eq!(looks, 2, "the head stray taken, stopped at one of ours");
-        assert!(taken >= 2, "then found by id: {taken}");
+        assert!(
+            looks > 2,
+            "the head stray taken, stopped at one of ours, then bit probes"
+        );
+        assert_eq!(taken, 4, "the strays behind ours found by namespace bits");
         assert_eq!(probes, 3, "within the budget");
         assert!(q.ids().contains(&mine) && q.ids().contains(&0) && q.ids().contains(&CONTROL_ID));
         assert!(s.due(1), "flooded / under way: again on the next call");
