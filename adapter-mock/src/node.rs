@@ -80,6 +80,9 @@ pub struct Node {
     last_now_ms: u64,
     deadline_closes: u64,
     flood_closes: u64,
+    /// The held namespaces' messages (see [`Node::hold_backlog`]): tag, and the data the
+    /// fabric's probe with removal handed over.
+    backlog: engine::Backlog<Vec<u8>>,
 }
 
 impl Node {
@@ -135,6 +138,7 @@ impl Node {
             last_now_ms: fab.now_ms(),
             deadline_closes: 0,
             flood_closes: 0,
+            backlog: engine::Backlog::new(),
         }
     }
 
@@ -201,6 +205,7 @@ impl Node {
     /// posted receives are cancelled (they finish with `NoSuchLibrary`).
     pub fn release(&mut self, fab: &mut Fabric, lib: LibId) {
         if let Some(l) = self.engine.release(lib) {
+            drop(self.backlog.release(l.ns().id()));
             for id in l.am_ids() {
                 fab.am_clear_handler(self.worker, id);
             }
@@ -264,7 +269,11 @@ impl Node {
         let at = self.engine.poll_timeout(now, |op| match op {
             Op::WaitingRoute(w) => Some(w.deadline_ms()),
             _ => None,
-        })?;
+        });
+        let held = (self.engine.owner != QueueOwner::HOST)
+            .then(|| self.backlog.next_ms())
+            .flatten();
+        let at = at.into_iter().chain(held).min()?;
         Some(at.saturating_sub(now))
     }
 
@@ -413,6 +422,10 @@ impl Node {
     }
 
     fn post(&mut self, fab: &mut Fabric, lib: LibId, from: Option<u64>, payload: u64) -> OpId {
+        if let Some(data) = self.held_for(lib, from, payload) {
+            let done = self.finish(lib, Ok(Some(data)), false);
+            return self.engine.ops.start(done);
+        }
         let op = match self.post_recv(fab, lib, from, payload) {
             Ok(recv) => Next::Wait(Op::Receiving {
                 lib,
@@ -433,13 +446,93 @@ impl Node {
         from: Option<u64>,
         payload: u64,
     ) -> Result<RecvId, NodeError> {
+        let m = self.recv_matcher(lib, from, payload)?;
+        Ok(fab.tag_recv(self.worker, m.tag(), m.mask())?)
+    }
+
+    fn recv_matcher(
+        &mut self,
+        lib: LibId,
+        from: Option<u64>,
+        payload: u64,
+    ) -> Result<tagspace_core::Matcher, NodeError> {
         let layout = self.registry.layout();
         let ns = self.engine.libs.ns(lib)?;
-        let m = match from {
+        Ok(match from {
             Some(peer) => ns.matcher_from(self.engine.conns.rx_pair(peer, layout), payload)?,
             None => ns.matcher_any_peer(payload)?,
+        })
+    }
+
+    /// A held message for this receive, if `lib`'s namespace is held and one matches (the
+    /// oldest: sent before anything still in the fabric's queue that matches) — as the UCX
+    /// node's receives look first.
+    fn held_for(&mut self, lib: LibId, from: Option<u64>, payload: u64) -> Option<Vec<u8>> {
+        if !self.backlog.is_active() {
+            return None;
+        }
+        let m = self.recv_matcher(lib, from, payload).ok()?;
+        self.take_held(&m)
+    }
+
+    fn take_held(&mut self, m: &tagspace_core::Matcher) -> Option<Vec<u8>> {
+        let id = self.registry.layout().namespace_of(m.tag());
+        Some(self.backlog.take(id, m.tag(), m.mask())?.msg)
+    }
+
+    /// Bounds what each proven peer can leave waiting for `lib`, as the UCX node's
+    /// `hold_backlog`: the library receives only through this node; its unexpected messages
+    /// are taken out of the fabric's queue into per-peer backlogs its receives read first, and
+    /// a peer over `limit` is cut off with reason `Flood`.
+    pub fn hold_backlog(
+        &mut self,
+        lib: LibId,
+        limit: engine::BacklogLimit,
+    ) -> Result<(), NodeError> {
+        let id = self.engine.libs.ns(lib)?.id();
+        if self.engine.owner == QueueOwner::HOST {
+            return Err(NodeError::Usage(
+                "backlog limits need the node's own worker (a host's libraries receive with \
+                 their own calls)",
+            ));
+        }
+        if self.registry.layout().pair_bits() == 0 {
+            return Err(NodeError::Usage(
+                "backlog limits need a layout with a pair field (it tells who sent a message)",
+            ));
+        }
+        if limit.messages == 0 || limit.bytes == 0 {
+            return Err(NodeError::Usage(
+                "a backlog limit of 0 messages or 0 bytes would cut off every peer",
+            ));
+        }
+        self.backlog.hold(id, limit);
+        Ok(())
+    }
+
+    /// One pass of the held namespaces' backlogs; cuts off the peers over their limit.
+    fn hold_pass(&mut self, fab: &mut Fabric) {
+        let layout = self.registry.layout();
+        let mut queue = FabricHolds {
+            fab: &mut *fab,
+            worker: self.worker,
+            forged: 0,
         };
-        Ok(fab.tag_recv(self.worker, m.tag(), m.mask())?)
+        let conns = &self.engine.conns;
+        let pass =
+            (self.backlog).pass(layout, &mut queue, |t| conns.sender_of(layout, t), || false);
+        self.stray += queue.forged;
+        self.forged += queue.forged;
+        for &peer in &pass.floods {
+            for i in 0..self.engine.conns.len() {
+                let c = self.engine.conns.get(i);
+                if c.is_open() && !c.io.closed && c.peer() == Some(peer) {
+                    self.flood_closes += 1;
+                    self.engine.conns.cut_off(i, Some(CloseReason::Flood));
+                    self.end_conn(fab, i);
+                }
+            }
+        }
     }
 
     /// Whether `tag` (taken by a receive from any peer) carries a pair value no proven peer was
@@ -460,6 +553,10 @@ impl Node {
         lib: LibId,
     ) -> Result<Option<Vec<u8>>, NodeError> {
         let m = self.engine.libs.ns(lib)?.inbox_matcher_any_peer();
+        if let Some(data) = self.take_held(&m) {
+            self.engine.libs.count(lib, true, false);
+            return Ok(Some(data));
+        }
         loop {
             let Some(got) = fab.tag_probe(self.worker, m.tag(), m.mask(), true)? else {
                 return Ok(None);
@@ -596,6 +693,9 @@ impl Node {
         if self.engine.sweep_due(now) {
             self.drain_strays(fab);
         }
+        if self.engine.owner != QueueOwner::HOST && self.backlog.due(now) {
+            self.hold_pass(fab);
+        }
     }
 
     fn on_control(&mut self, fab: &mut Fabric, ep: EpId, bytes: &[u8]) {
@@ -608,7 +708,8 @@ impl Node {
             .on_control(i, bytes, fab.now_ms(), &mut self.engine.libs)
         {
             Control::Handled => {}
-            Control::Established { superseded, .. } => {
+            Control::Established { peer, superseded } => {
+                self.backlog.proven(peer);
                 // P4: each loser's CLOSE goes out; its endpoint stays open for the linger.
                 for k in superseded {
                     self.flush_conn(fab, k);
@@ -855,5 +956,23 @@ impl engine::QueueHead for FabricQueue<'_> {
         });
         self.forged += u64::from(taken && forged);
         taken
+    }
+}
+
+/// The held namespaces' view of the fabric's unexpected queue ([`engine::HoldQueue`]): a probe
+/// with removal hands the message's data over at once.
+struct FabricHolds<'f> {
+    fab: &'f mut Fabric,
+    worker: WorkerId,
+    forged: u64,
+}
+
+impl engine::HoldQueue<Vec<u8>> for FabricHolds<'_> {
+    fn take_first(&mut self, tag: u64, mask: u64) -> Option<(u64, usize, Vec<u8>)> {
+        let got = self.fab.tag_probe(self.worker, tag, mask, true).ok()??;
+        Some((got.tag, got.data.len(), got.data))
+    }
+    fn discard(&mut self, _tag: u64, _msg: Vec<u8>, forged: bool) {
+        self.forged += u64::from(forged);
     }
 }

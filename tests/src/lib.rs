@@ -111,8 +111,12 @@ pub trait Cluster {
     fn live_connections(&self, a: Proc, b: Proc) -> usize;
     /// Control-plane errors `p` saw from peers.
     fn protocol_errors(&self, p: Proc) -> usize;
-    /// Connections `p` cut off because the peer went over its flood limits (D5).
+    /// Connections `p` cut off because the peer went over its flood limits (D5), its backlog
+    /// limits included.
     fn flood_closes(&self, p: Proc) -> u64;
+    /// `lib` on `p` receives only through the node and holds its backlog: at most `messages`
+    /// waiting per peer (`hold_backlog`).
+    fn hold_backlog(&mut self, p: Proc, lib: Lib, messages: u32) -> Result<(), String>;
     /// The namespace field's layout (to build legacy tags).
     fn layout(&self) -> tagspace_core::TagLayout;
 }
@@ -143,6 +147,7 @@ macro_rules! conformance_suite {
             simultaneous_connect_keeps_one,
             malformed_control_bytes_close_only_that_peer,
             a_peer_flooding_control_frames_is_cut_off_alone,
+            a_peer_over_a_held_backlog_is_cut_off_alone,
             claimed_identity_is_not_a_peer,
             released_id_is_quarantined_until_peers_confirm,
             released_names_messages_in_flight_never_reach_the_next_owner,

@@ -238,6 +238,14 @@ impl Cluster for MockCluster {
         self.nodes[p].flood_closes()
     }
 
+    fn hold_backlog(&mut self, p: Proc, lib: Lib, messages: u32) -> Result<(), String> {
+        let limit = tagspace_core::engine::BacklogLimit {
+            messages,
+            ..Default::default()
+        };
+        (self.nodes[p].hold_backlog(LibId(lib), limit)).map_err(|e| e.to_string())
+    }
+
     fn layout(&self) -> TagLayout {
         TagLayout::DEFAULT
     }

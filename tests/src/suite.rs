@@ -331,6 +331,39 @@ pub fn a_peer_flooding_control_frames_is_cut_off_alone<C: Cluster + ?Sized>(c: &
     assert_eq!(ok(c, good, r).unwrap(), b"still fine");
 }
 
+/// D5 for tag messages: where a library receives only through the node and holds its backlog,
+/// a proven peer that leaves more than the limit waiting there is cut off alone (`Flood`) and
+/// nothing of its flood stays; another peer's messages waiting in the same namespace are all
+/// received, once each, in the order sent. (The UCX suite's control run, without the limit,
+/// has every flood message waiting: `adapter-ucx/tests/backlog.rs`.)
+pub fn a_peer_over_a_held_backlog_is_cut_off_alone<C: Cluster + ?Sized>(c: &mut C) {
+    let p = mesh(c, 3);
+    let (a, flooder, good) = (p[0], p[1], p[2]);
+    let la = c.register(a, "dask").unwrap();
+    let lf = c.register(flooder, "dask").unwrap();
+    let lg = c.register(good, "dask").unwrap();
+    c.settle();
+    c.hold_backlog(a, la, 20).unwrap();
+    let honest: Vec<u64> = (0..10u8).map(|i| c.send(good, lg, a, 7, &[i], T)).collect();
+    c.advance_ms(20);
+    for i in 0..100u64 {
+        c.send(flooder, lf, a, 1000 + i, b"flood", T);
+    }
+    c.advance_ms(20);
+    c.advance_ms(20);
+    assert_eq!(c.flood_closes(a), 1, "the flooder is cut off");
+    assert_eq!(c.live_connections(a, flooder), 0);
+    assert_eq!(c.live_connections(a, good), 1);
+    for i in 0..10u8 {
+        let r = c.recv_from(a, la, good, 7);
+        assert_eq!(ok(c, a, r).unwrap(), vec![i], "in the order sent");
+    }
+    for s in honest {
+        ok(c, good, s);
+    }
+    assert_eq!(c.unexpected(a), 0, "nothing of the flood waits");
+}
+
 /// A HELLO claiming `victim`'s public key (all a peer without its secret key can copy), and a
 /// PROOF of made-up bytes.
 fn forged_handshake(layout: &tagspace_core::TagLayout, victim: Proc) -> (Vec<u8>, Vec<u8>) {

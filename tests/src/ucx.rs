@@ -409,6 +409,16 @@ impl Cluster for UcxCluster {
         self.nodes[p].as_ref().map_or(0, |n| n.stats().flood_closes)
     }
 
+    fn hold_backlog(&mut self, p: Proc, lib: Lib, messages: u32) -> Result<(), String> {
+        let limit = tagspace_ucx::node::BacklogLimit {
+            messages,
+            ..Default::default()
+        };
+        let node = self.nodes[p].as_mut().expect("process was killed");
+        node.hold_backlog(LibId(lib), limit)
+            .map_err(|e| e.to_string())
+    }
+
     fn layout(&self) -> TagLayout {
         TagLayout::DEFAULT
     }
