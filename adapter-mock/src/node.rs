@@ -490,24 +490,8 @@ impl Node {
         limit: engine::BacklogLimit,
     ) -> Result<(), NodeError> {
         let id = self.engine.libs.ns(lib)?.id();
-        if self.engine.owner == QueueOwner::HOST {
-            return Err(NodeError::Usage(
-                "backlog limits need the node's own worker (a host's libraries receive with \
-                 their own calls)",
-            ));
-        }
-        if self.registry.layout().pair_bits() == 0 {
-            return Err(NodeError::Usage(
-                "backlog limits need a layout with a pair field (it tells who sent a message)",
-            ));
-        }
-        if limit.messages == 0 || limit.bytes == 0 {
-            return Err(NodeError::Usage(
-                "a backlog limit of 0 messages or 0 bytes would cut off every peer",
-            ));
-        }
-        self.backlog.hold(id, limit);
-        Ok(())
+        let (layout, owner) = (self.registry.layout(), self.engine.owner);
+        (self.backlog.hold_checked(id, limit, layout, owner)).map_err(NodeError::Usage)
     }
 
     /// One pass of the held namespaces' backlogs; cuts off the peers over their limit.

@@ -1325,24 +1325,8 @@ impl Node {
     /// that has a pair field (it tells the sender). Called again, it sets the new limit.
     pub fn hold_backlog(&mut self, lib: LibId, limit: BacklogLimit) -> Result<(), NodeError> {
         let id = self.engine.libs.ns(lib)?.id();
-        if self.host.is_some() {
-            return Err(NodeError::Usage(
-                "backlog limits need the node's own worker (a host's libraries receive with \
-                 their own calls)",
-            ));
-        }
-        if self.registry.layout().pair_bits() == 0 {
-            return Err(NodeError::Usage(
-                "backlog limits need a layout with a pair field (it tells who sent a message)",
-            ));
-        }
-        if limit.messages == 0 || limit.bytes == 0 {
-            return Err(NodeError::Usage(
-                "a backlog limit of 0 messages or 0 bytes would cut off every peer",
-            ));
-        }
-        self.backlog.hold(id, limit);
-        Ok(())
+        let (layout, owner) = (self.registry.layout(), self.engine.owner);
+        (self.backlog.hold_checked(id, limit, layout, owner)).map_err(NodeError::Usage)
     }
 
     /// Whether the last drain or hold pass took something (messages keep coming that the node,

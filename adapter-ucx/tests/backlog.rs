@@ -13,17 +13,8 @@ use tagspace_ucx::ucp::{Started, Status};
 fn pair() -> (Node, LibId, Node, LibId) {
     let (mut a, la) = common::dask_node();
     let (mut b, lb) = common::dask_node();
-    connect(&mut a, la, &mut b, lb);
+    common::connect(&mut a, la, &mut b, lb);
     (a, la, b, lb)
-}
-
-/// `b` connects to `a`; returns once each routes to the other's "dask".
-fn connect(a: &mut Node, la: LibId, b: &mut Node, lb: LibId) {
-    b.connect(a.listen_addr().unwrap()).unwrap();
-    common::progress_until(a, b, "no connection", |a, b| {
-        b.route_tag(lb, a.token(), 0).ok().flatten().is_some()
-            && a.route_tag(la, b.token(), 0).ok().flatten().is_some()
-    });
 }
 
 fn wait_all(a: &mut Node, b: &mut Node, ops_a: &[OpId], ops_b: &[OpId]) {
@@ -139,17 +130,6 @@ fn flood(a: &mut Node, b: &mut Node, lb: LibId, n: u64) -> (u64, Duration) {
     (sent, longest)
 }
 
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 /// How many messages `BACKLOG_FLOOD` (the README's long run: 2 000 000) or 40 000 by default.
 fn flood_size() -> u64 {
     std::env::var("BACKLOG_FLOOD")
@@ -168,7 +148,7 @@ fn a_proven_peer_flooding_its_own_tags_is_cut_off() {
     let (mut a, la, mut b, lb) = pair();
     // An honest third peer whose messages wait in the same namespace meanwhile.
     let (mut c, lc) = common::dask_node();
-    connect(&mut a, la, &mut c, lc);
+    common::connect(&mut a, la, &mut c, lc);
     a.hold_backlog(la, LIMIT).unwrap();
     let (ta, tb, tc) = (a.token(), b.token(), c.token());
     let honest: Vec<OpId> = (0..100)
@@ -180,7 +160,7 @@ fn a_proven_peer_flooding_its_own_tags_is_cut_off() {
         "the honest peer's messages not held",
         |a, _| a.stats().held >= 100,
     );
-    let rss0 = rss_kib();
+    let rss0 = common::rss_kib();
     let n = flood_size();
     let (sent, longest) = flood(&mut a, &mut b, lb, n);
     common::progress_until(&mut a, &mut b, "the flooder was not cut off", |a, b| {
@@ -199,7 +179,7 @@ fn a_proven_peer_flooding_its_own_tags_is_cut_off() {
          {}, longest progress {longest:?}; RSS {rss0} KiB before, {} KiB after",
         st.held,
         st.backlog_dropped,
-        rss_kib()
+        common::rss_kib()
     );
     assert_eq!(st.backlog_floods, 1);
     assert!(sent < n, "the flooder was never stopped");
@@ -225,7 +205,7 @@ fn a_proven_peer_flooding_its_own_tags_is_cut_off() {
     );
 
     // Proven again, the peer's messages are held again.
-    connect(&mut a, la, &mut b, lb);
+    common::connect(&mut a, la, &mut b, lb);
     let s = b.send(lb, ta, 5, b"back".to_vec(), 5000);
     settle(&mut a, &mut b, "not held after reconnecting", |a, _| {
         a.oldest_waiting(la).unwrap().is_some()

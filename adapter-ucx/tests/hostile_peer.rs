@@ -137,17 +137,8 @@ fn honest_exchange(a: &mut Node, la: LibId, b: &mut Node, lb: LibId, round: u64)
 fn pair() -> (Node, LibId, Node, LibId) {
     let (mut a, la) = node();
     let (mut b, lb) = node();
-    connect(&mut a, la, &mut b, lb);
+    common::connect(&mut a, la, &mut b, lb);
     (a, la, b, lb)
-}
-
-/// `b` connects to `a`; returns once each has a route to the other's "dask".
-fn connect(a: &mut Node, la: LibId, b: &mut Node, lb: LibId) {
-    b.connect(a.listen_addr().unwrap()).unwrap();
-    common::progress_until(a, b, "no connection", |a, b| {
-        b.route_tag(lb, a.token(), 0).ok().flatten().is_some()
-            && a.route_tag(la, b.token(), 0).ok().flatten().is_some()
-    });
 }
 
 /// The honest pair's tags, forged by a process that never completed a handshake: the hostile
@@ -173,7 +164,7 @@ fn forge_sized(layout: tagspace_core::TagLayout, size: usize) -> (Vec<Vec<u8>>, 
         .unwrap_or(3);
     let (mut a, la) = common::dask_node_on(layout, |_| {});
     let (mut b, lb) = common::dask_node_on(layout, |_| {});
-    connect(&mut a, la, &mut b, lb);
+    common::connect(&mut a, la, &mut b, lb);
     let (ta, tb) = (a.token(), b.token());
     let mut recvs: Vec<OpId> = (0..N).map(|p| a.recv_from(la, tb, p, 64)).collect();
     recvs.extend((N..2 * N).map(|p| a.recv(la, p, 64)));
@@ -197,7 +188,7 @@ fn forge_sized(layout: tagspace_core::TagLayout, size: usize) -> (Vec<Vec<u8>>, 
             &size.to_string(),
         ],
     );
-    let rss0 = rss_kib();
+    let rss0 = common::rss_kib();
     let out = run_attack(&mut a, &mut b, child);
     let forged = 2 * N * copies * guesses.len() as u64;
     assert!(out.contains(&format!("sent {forged} forged")), "{out}");
@@ -227,7 +218,7 @@ fn forge_sized(layout: tagspace_core::TagLayout, size: usize) -> (Vec<Vec<u8>>, 
          process {rss0} KiB before the attack, {} KiB after",
         a.stats().forged,
         a.stats().stray,
-        rss_kib()
+        common::rss_kib()
     );
     a.shutdown(500);
     b.shutdown(500);
@@ -410,7 +401,7 @@ fn a_mixed_flood_keeps_memory_bounded() {
     let layout = *a.layout();
     let base = layout.base(a.namespace(la).unwrap().id());
     let pair_mask = layout.pair_value_bits(u32::MAX);
-    let rss0 = rss_kib();
+    let rss0 = common::rss_kib();
     let mut rss_peak = rss0;
     let mut left = ms;
     let mut seed: u64 = 0x6d69;
@@ -515,7 +506,7 @@ impl Flood {
             pct(0.99),
             self.rss0,
             self.rss_peak,
-            rss_kib()
+            common::rss_kib()
         );
     }
 }
@@ -543,7 +534,7 @@ fn flood_with_pings(
         max_probes: 0,
         max_heads: 0,
         pings: Vec::new(),
-        rss0: rss_kib(),
+        rss0: common::rss_kib(),
         rss_peak: 0,
     };
     let mut round = 10;
@@ -583,7 +574,7 @@ fn flood_with_pings(
         f.max_heads = f.max_heads.max(a.stats().stray_head_probes - heads);
         b.progress();
         if f.pings.len() % 64 == 0 {
-            f.rss_peak = f.rss_peak.max(rss_kib());
+            f.rss_peak = f.rss_peak.max(common::rss_kib());
         }
         if want_strays.is_none() {
             if child.try_wait().unwrap().is_some() {
@@ -616,7 +607,7 @@ fn flood_with_pings(
         f.max_probes = f.max_probes.max(a.stats().stray_probes - before);
         f.max_heads = f.max_heads.max(a.stats().stray_head_probes - heads);
     }
-    f.rss_peak = f.rss_peak.max(rss_kib());
+    f.rss_peak = f.rss_peak.max(common::rss_kib());
     f.strays = a.stats().stray - strays_before;
     assert_eq!(Some(f.strays), want_strays);
     assert!(
@@ -633,18 +624,6 @@ fn flood_with_pings(
     f
 }
 
-/// Resident memory of this process, in KiB (Linux).
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 /// A peer connects and disconnects 200 times (`HOSTILE_CHURN=1000` for the README's figure):
 /// the node forgets each closed connection (D5): `connection_count()` returns to what it was,
 /// and the honest peer is unaffected. Memory is printed (run with --nocapture), not asserted:
@@ -654,7 +633,7 @@ fn connection_churn_is_forgotten() {
     let (mut a, la, mut b, lb) = pair();
     honest_exchange(&mut a, la, &mut b, lb, 0);
     let conns_before = a.connection_count();
-    let rss_before = rss_kib();
+    let rss_before = common::rss_kib();
     let n: u32 = std::env::var("HOSTILE_CHURN")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -678,7 +657,7 @@ fn connection_churn_is_forgotten() {
     eprintln!(
         "{n} connect/disconnect cycles: connections {conns_before} → {}, RSS {rss_before} → {} KiB",
         a.connection_count(),
-        rss_kib()
+        common::rss_kib()
     );
     assert_eq!(a.live_connections_to(b.token()), 1);
     honest_exchange(&mut a, la, &mut b, lb, 1);
@@ -775,7 +754,7 @@ fn a_claimed_identity_takes_no_traffic_and_supersedes_nothing() {
         "an unproven claim was indexed"
     );
     assert!(a.peers().is_empty());
-    connect(&mut a, la, &mut b, lb);
+    common::connect(&mut a, la, &mut b, lb);
     assert_eq!(a.live_connections_to(b.token()), 1);
     honest_exchange(&mut a, la, &mut b, lb, 0);
     assert!(
@@ -824,7 +803,7 @@ fn a_flooding_connection_is_cut_off() {
     let (mut a, la) = common::dask_node_with(|cfg| cfg.limits = limits);
     a.am_listen(la, 3).unwrap();
     let (mut b, lb) = node();
-    connect(&mut a, la, &mut b, lb);
+    common::connect(&mut a, la, &mut b, lb);
     let child = attack(&a, &["flood", "20000", "0"]);
     let out = run_attack(&mut a, &mut b, child);
     for _ in 0..100 {

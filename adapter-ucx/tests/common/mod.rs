@@ -46,3 +46,24 @@ pub fn progress_until(
         b.progress();
     }
 }
+
+/// `b` connects to `a`; returns once each routes to the other's library (`la`, `lb`).
+pub fn connect(a: &mut Node, la: LibId, b: &mut Node, lb: LibId) {
+    b.connect(a.listen_addr().unwrap()).unwrap();
+    progress_until(a, b, "no connection", |a, b| {
+        b.route_tag(lb, a.token(), 0).ok().flatten().is_some()
+            && a.route_tag(la, b.token(), 0).ok().flatten().is_some()
+    });
+}
+
+/// Resident memory of this process, in KiB (Linux).
+pub fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}

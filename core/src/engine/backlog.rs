@@ -136,7 +136,36 @@ impl<M> Backlog<M> {
     }
 
     /// Holds namespace `id`'s messages from now on, within `limit` per peer (a namespace held
-    /// already gets the new limit).
+    /// already gets the new limit) — or says why it cannot: on a host's worker (`owner`), the
+    /// host's libraries receive with their own calls; without a pair field in `layout` nobody
+    /// can tell who sent a message; a limit of 0 would cut off every peer.
+    pub fn hold_checked(
+        &mut self,
+        id: u16,
+        limit: BacklogLimit,
+        layout: &TagLayout,
+        owner: super::QueueOwner,
+    ) -> Result<(), &'static str> {
+        if owner == super::QueueOwner::HOST {
+            return Err(
+                "backlog limits need the node's own worker (a host's libraries receive \
+                        with their own calls)",
+            );
+        }
+        if layout.pair_bits() == 0 {
+            return Err(
+                "backlog limits need a layout with a pair field (it tells who sent a message)",
+            );
+        }
+        if limit.messages == 0 || limit.bytes == 0 {
+            return Err("a backlog limit of 0 messages or 0 bytes would cut off every peer");
+        }
+        self.hold(id, limit);
+        Ok(())
+    }
+
+    /// Holds namespace `id`'s messages from now on, within `limit` per peer (a namespace held
+    /// already gets the new limit); see [`hold_checked`](Self::hold_checked).
     pub fn hold(&mut self, id: u16, limit: BacklogLimit) {
         match self.spaces.iter_mut().find(|s| s.id == id) {
             Some(s) => s.limit = limit,
