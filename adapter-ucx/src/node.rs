@@ -68,13 +68,13 @@ pub const FAILED_EPS_KEPT: usize = 1024;
 pub const CAP: usize = 256;
 /// How often (ms) `progress` starts a sweep for stray messages (D2).
 pub const DRAIN_INTERVAL_MS: u64 = engine::DRAIN_INTERVAL_MS;
-/// The most partial-mask probes of UCX's unexpected queue (each scans the queue) one
-/// `progress` call makes for strays (D4): a sweep over every unregistered id is spread over
+/// The most partial-mask probes of UCX's unexpected queue that find nothing (each scans the
+/// whole queue) one `progress` call makes for strays (D4): a sweep over every unregistered id is spread over
 /// several calls, and UCX's own progress (keepalive among it) runs in between, however much a
 /// peer sends.
 pub const STRAY_PROBES_PER_CALL: u32 = engine::STRAY_PROBES_PER_CALL;
-/// The most strays one `progress` call takes from the head of UCX's unexpected queue (each
-/// costs a constant-time look at the head and a hashed take, D4).
+/// The most strays one `progress` call looks at and takes (D4): at the head of UCX's
+/// unexpected queue each costs a constant-time look and take by the same probe.
 pub const STRAY_TAKES_PER_CALL: u32 = engine::STRAY_TAKES_PER_CALL;
 /// Most time (µs) one `progress` call spends draining strays, whatever the counts above allow
 /// (D4): under a flood each probe scans a longer queue. What is left resumes on the next call.
@@ -184,8 +184,8 @@ pub struct NodeStats {
     pub am_dropped: u64,
     /// AMs on ids nobody here listens on (also counted in `stray`), dropped.
     pub am_unowned: u64,
-    /// Partial-mask probes of UCX's unexpected queue made for strays (at most
-    /// [`STRAY_PROBES_PER_CALL`] per `progress` call).
+    /// Partial-mask probes of UCX's unexpected queue made for strays that found nothing (each
+    /// scanned the whole queue; at most [`STRAY_PROBES_PER_CALL`] per `progress` call).
     pub stray_probes: u64,
     /// Looks at the head of UCX's unexpected queue made for strays (at most
     /// [`STRAY_TAKES_PER_CALL`] per `progress` call).
@@ -430,6 +430,9 @@ pub struct Node {
     /// The held namespaces' messages, taken out of UCX's queue per peer within their limit
     /// ([`Node::hold_backlog`]).
     backlog: engine::Backlog<Message>,
+    /// [`Connections::pairs_forgotten`](engine::Connections::pairs_forgotten) when the backlog
+    /// last let go of forgotten peers.
+    pairs_forgotten: u64,
     clock: Clock,
     /// Closes and drains UCX has not finished with yet.
     background: Vec<Request>,
@@ -569,6 +572,7 @@ impl Node {
             stats: NodeStats::default(),
             stray_by_id: vec![0; CAP],
             backlog: engine::Backlog::new(),
+            pairs_forgotten: 0,
             clock: cfg.clock,
             background: Vec::new(),
             closing: Vec::new(),
@@ -1086,7 +1090,9 @@ impl Node {
     }
 
     /// [`recv_into`](Self::recv_into) for `peer`'s message only: exact (full mask, D1: a
-    /// message already waiting is taken by a hashed lookup, without a UCX request), and no
+    /// message already waiting is taken by a hashed lookup, without a UCX request — in a held
+    /// namespace ([`hold_backlog`](Self::hold_backlog)) one the node holds is taken first, by a
+    /// scan of its backlog), and no
     /// other process's message matches (see [`recv_from`](Self::recv_from)). Unlike
     /// `recv_from` it does not end when `peer` goes down: give it a `timeout`.
     pub fn recv_into_from(
@@ -1276,15 +1282,17 @@ impl Node {
         Ok(None)
     }
 
-    /// The oldest message waiting for `lib` in UCX's unexpected queue — sent to its namespace
-    /// but not received (yet) — as its tag and length; `None` when nothing waits.
+    /// The oldest message waiting for `lib` — sent to its namespace but not received (yet) —
+    /// as its tag and length; `None` when nothing waits. In a held namespace
+    /// ([`hold_backlog`](Self::hold_backlog)) the node's backlog comes first.
     ///
-    /// Messages to a *registered* namespace are the library's business, as in UCX: tagspace
-    /// never drains them, so a peer (or a bug) can make them pile up for as long as the library
-    /// does not receive them. UCX keeps no count of its unexpected queue and cannot be asked for
-    /// one without taking the messages, so this answers "is anything waiting, and what is the
-    /// oldest" — enough to watch for a library that has stopped receiving. It is one
-    /// partial-mask probe, which scans UCX's queue: call it to monitor, not per message.
+    /// Otherwise messages to a *registered* namespace are the library's business, as in UCX:
+    /// tagspace never drains them (but forgeries: a pair value no proven peer was given), so a
+    /// peer (or a bug) can make them pile up for as long as the library does not receive them.
+    /// UCX keeps no count of its unexpected queue and cannot be asked for one without taking
+    /// the messages, so this answers "is anything waiting, and what is the oldest" — enough to
+    /// watch for a library that has stopped receiving. It is one partial-mask probe, which
+    /// scans UCX's queue: call it to monitor, not per message.
     pub fn oldest_waiting(&self, lib: LibId) -> Result<Option<TagInfo>, NodeError> {
         let ns = self.namespace(lib).ok_or(NodeError::NoSuchLibrary)?;
         if let Some((tag, len)) = self.backlog.oldest(ns.id()) {
@@ -1329,10 +1337,10 @@ impl Node {
         (self.backlog.hold_checked(id, limit, layout, owner)).map_err(NodeError::Usage)
     }
 
-    /// Whether the last drain or hold pass took something (messages keep coming that the node,
-    /// not a receive, has to take).
+    /// Whether strays keep coming, or more held namespaces' messages than a pass takes:
+    /// the node, not a receive, has to take them.
     fn flooded(&self) -> bool {
-        self.engine.sweep.is_flooded() || self.backlog.is_busy()
+        self.engine.sweep.is_flooded() || self.backlog.is_saturated()
     }
 
     /// How long a drain or hold pass may run ([`STRAY_FLOOD_BUDGET_US`] while flooded).
@@ -1356,9 +1364,20 @@ impl Node {
 
     /// One pass of the held namespaces' backlogs ([`Node::hold_backlog`]), within the stray
     /// drain's time budget; cuts off the peers over their limit. Whether it took anything.
-    fn hold_pass(&mut self) -> bool {
-        let deadline = Instant::now() + self.drain_budget();
+    fn hold_pass(&mut self, deadline: Instant) -> bool {
         let layout = self.registry.layout();
+        let forgotten = self.engine.conns.pairs_forgotten();
+        if forgotten != self.pairs_forgotten {
+            // Peers the node forgot, and their pair values: what they left held can no longer
+            // be received from them (a receive tied to one makes a new value), nor be told
+            // apart from a stranger's.
+            self.pairs_forgotten = forgotten;
+            let conns = &self.engine.conns;
+            let gone = self
+                .backlog
+                .forget_unknown(|p| conns.rx_pair_of(p).is_some());
+            self.stats.backlog_dropped += gone.len() as u64;
+        }
         let mut queue = Holds {
             worker: &self.worker,
             stats: &mut self.stats,
@@ -1654,12 +1673,13 @@ impl Node {
             .conns
             .forget(|c| c.io.ep.is_none(), &mut self.engine.unpins, now);
         // Never on a host's worker (coexistence: the host's libraries own every tag tagspace
-        // does not; nothing is swept out of the host's queue).
+        // does not; nothing is swept out of the host's queue). One time budget for both.
+        let deadline = Instant::now() + self.drain_budget();
         if self.engine.sweep_due(now) {
-            busy |= self.drain_strays() > 0;
+            busy |= self.drain_strays_until(deadline) > 0;
         }
         if self.host.is_none() && self.backlog.due(now) {
-            busy |= self.hold_pass();
+            busy |= self.hold_pass(deadline);
         }
         busy
     }
@@ -2346,22 +2366,27 @@ impl Node {
 
     /// D2 within D4's bound: takes out unexpected messages whose namespace id is not
     /// registered here (the control id, unregistered ids, ids beyond the registry; id 0 belongs
-    /// to legacy code and is left alone), making at most [`STRAY_TAKES_PER_CALL`] looks at the
-    /// head of UCX's queue and [`STRAY_PROBES_PER_CALL`] partial-mask probes. Returns how many
-    /// it took.
+    /// to legacy code and is left alone unless [`set_legacy_tags`](Self::set_legacy_tags)
+    /// says none runs), and registered namespaces' messages with a pair value nobody was
+    /// given; at most [`STRAY_TAKES_PER_CALL`] looks and takes, and
+    /// [`STRAY_PROBES_PER_CALL`] partial-mask probes that find nothing (each scans the whole
+    /// queue). Returns how many it took.
     ///
     /// First the oldest unexpected message is looked at (a probe with mask 0 stops at the head
-    /// of UCX's queue) and, while it is a stray, taken by its exact tag (a hashed lookup): a
-    /// flood of strays costs O(1) per message. A stray behind a message that waits for a
-    /// library (or for legacy code) is found by the sweep: one partial-mask probe per
-    /// unregistered id — each scans UCX's queue, which UCX hashes only for full masks —
-    /// started every [`DRAIN_INTERVAL_MS`] and resumed where the previous call's budget ended.
+    /// of UCX's queue) and, while it is a stray, taken by the same probe with removal: a flood
+    /// of strays costs O(1) per message. Behind a message someone here owns, probes for "bit b
+    /// of the namespace field is set" stop at the next strays near the head; what is left is
+    /// found by the sweep: one partial-mask probe per unregistered id, started every
+    /// [`DRAIN_INTERVAL_MS`] and resumed where the previous call's budget ended.
     pub fn drain_strays(&mut self) -> u64 {
-        let budget = self.drain_budget();
+        let deadline = Instant::now() + self.drain_budget();
+        self.drain_strays_until(deadline)
+    }
+
+    fn drain_strays_until(&mut self, deadline: Instant) -> u64 {
         // Host mode: nothing (the engine's sweep takes nothing from a host's queue).
         // Every probe may scan UCX's whole unexpected queue, whose length a flood decides: the
         // engine's counts bound the probes, the clock bounds what they cost together.
-        let deadline = Instant::now() + budget;
         let registry = self.registry;
         let (taken, looks, probes) = self.with_strays(|engine, queue| {
             engine.sweep_pass(registry, queue, || Instant::now() >= deadline)
@@ -2374,6 +2399,9 @@ impl Node {
     /// Closes every connection (orderly CLOSE, then a flushing endpoint close) and progresses
     /// until UCX is done or `timeout_ms` passes.
     pub fn shutdown(&mut self, timeout_ms: u64) {
+        // Held messages first, while their senders' endpoints are open: a rendezvous sender
+        // is let go (received into a few bytes, as a stray).
+        drop(self.backlog.clear());
         for i in 0..self.engine.conns.len() {
             match self.engine.conns.get(i).state() {
                 LinkState::Open => self.cut_off(i, Some(CloseReason::Normal)),
@@ -2468,9 +2496,10 @@ impl engine::QueueHead for Strays<'_> {
     }
     fn take_oldest(&mut self, id: u16, forged: bool) -> bool {
         // The message `oldest_tag` looked at, by the same mask-0 probe, which stops at the head
-        // of UCX's queue: O(1) however long the queue. (Nothing ran in between, and nothing
-        // but this node receives from its own worker; an exact-tag lookup would walk one of
-        // UCX's 1021 hash buckets, each a thousandth of a flooded queue.)
+        // of UCX's queue: O(1) however long the queue. (Nothing ran in between: the node's
+        // worker is progressed on this thread only, and a sweep never runs on a host's; an
+        // exact-tag lookup would walk one of UCX's 1021 hash buckets, each a thousandth of a
+        // flooded queue.)
         let taken = (self.oldest.take()).is_some() && self.take(0, 0, id);
         self.stats.forged += u64::from(taken && forged);
         taken

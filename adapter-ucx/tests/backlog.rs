@@ -249,6 +249,26 @@ fn control_without_a_limit_the_flood_piles_up() {
     b.shutdown(500);
 }
 
+/// A message longer than the byte limit is not a flood: what waits of it is a rendezvous
+/// header, charged at most `HELD_CHARGE_MAX`, and a peer with nothing held always gets one
+/// message through.
+#[test]
+fn a_message_longer_than_the_byte_limit_does_not_cut_its_sender_off() {
+    let (mut a, la, mut b, lb) = pair();
+    a.hold_backlog(la, LIMIT).unwrap();
+    let (ta, tb) = (a.token(), b.token());
+    let big: Vec<u8> = (0..4 << 20).map(|i| (i % 251) as u8).collect();
+    let s = b.send(lb, ta, 3, big.clone(), 10_000);
+    settle(&mut a, &mut b, "not held", |a, _| a.stats().held == 1);
+    assert_eq!(a.stats().backlog_floods, 0);
+    let r = a.recv_from(la, tb, 3, big.len());
+    wait_all(&mut a, &mut b, &[r], &[s]);
+    assert_eq!(data(a.take(r)), big);
+    assert_eq!(a.live_connections_to(tb), 1);
+    a.shutdown(500);
+    b.shutdown(500);
+}
+
 #[test]
 fn hold_backlog_refuses_what_it_cannot_keep() {
     let (mut a, la) = common::dask_node();
@@ -275,10 +295,14 @@ fn releasing_a_held_library_drops_its_messages() {
     let (mut a, la, mut b, lb) = pair();
     a.hold_backlog(la, BacklogLimit::DEFAULT).unwrap();
     let ta = a.token();
-    let s: Vec<OpId> = (0..5)
+    let mut s: Vec<OpId> = (0..5)
         .map(|p| b.send(lb, ta, p, vec![1; 32], 5000))
         .collect();
-    settle(&mut a, &mut b, "not held", |a, _| a.stats().held == 5);
+    // A rendezvous message completes at its sender only once received (or dropped).
+    let big = b.send(lb, ta, 9, vec![2; 64 * 1024], 5000);
+    settle(&mut a, &mut b, "not held", |a, _| a.stats().held == 6);
+    assert!(!b.is_done(big), "held: its data not fetched yet");
+    s.push(big);
     a.release(la);
     let la2 = a.register("dask").unwrap();
     assert_eq!(a.oldest_waiting(la2).unwrap(), None);

@@ -21,7 +21,8 @@ use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
 use alloc::vec::Vec;
 
 /// How much one proven peer may have waiting in one held namespace: messages nobody has
-/// received yet, counted from the oldest. The backlog's memory is at most this, per peer and
+/// received yet, counted from the oldest. Each is charged its length up to
+/// [`HELD_CHARGE_MAX`], and a peer with nothing held is always let through one message. The backlog's memory is at most this, per peer and
 /// namespace, plus what arrives between two passes ([`super::DRAIN_INTERVAL_MS`] apart, or
 /// back to back while messages keep coming).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,9 +49,15 @@ impl Default for BacklogLimit {
     }
 }
 
-/// How many messages one pass looks at, over all held namespaces (each a probe that stops at
-/// the namespace's oldest message, then an exact, hashed take).
+/// How many messages one pass looks at, over all held namespaces (each one probe with
+/// removal that stops at the namespace's oldest message).
 pub const HOLD_LOOKS_PER_CALL: u32 = 1024;
+
+/// The most one held message is charged against [`BacklogLimit::bytes`]: a longer one is sent
+/// by rendezvous (UCX's threshold is far below this unless set otherwise), and what waits of
+/// it is a header — its data moves only when a receive takes it. Without this cap, one large
+/// message arriving before its receive would cut an honest peer off.
+pub const HELD_CHARGE_MAX: u64 = 1 << 20;
 
 /// A message taken out of the transport's queue for a library, waiting for its receive.
 #[derive(Debug)]
@@ -100,6 +107,11 @@ impl<M> HoldPass<M> {
     }
 }
 
+/// What one held message counts against its peer's byte limit ([`HELD_CHARGE_MAX`]).
+fn charge(len: usize) -> u64 {
+    (len as u64).min(HELD_CHARGE_MAX)
+}
+
 struct Space<M> {
     id: u16,
     limit: BacklogLimit,
@@ -115,6 +127,8 @@ pub struct Backlog<M> {
     flooded: BTreeSet<u64>,
     last_ms: Option<u64>,
     busy: bool,
+    /// The last pass stopped at its budget with messages left (a flood, not just traffic).
+    saturated: bool,
 }
 
 impl<M> Default for Backlog<M> {
@@ -132,6 +146,7 @@ impl<M> Backlog<M> {
             flooded: BTreeSet::new(),
             last_ms: None,
             busy: false,
+            saturated: false,
         }
     }
 
@@ -195,7 +210,41 @@ impl<M> Backlog<M> {
         };
         let s = self.spaces.swap_remove(k);
         self.counts.retain(|&(i, _), _| i != id);
+        if self.spaces.is_empty() {
+            (self.busy, self.saturated) = (false, false);
+        }
         s.queue.into_iter().map(|h| h.msg).collect()
+    }
+
+    /// Every held message, out of the backlog (the node shuts down); the namespaces stay held.
+    pub fn clear(&mut self) -> Vec<M> {
+        self.counts.clear();
+        let mut out = Vec::new();
+        for s in &mut self.spaces {
+            out.extend(s.queue.drain(..).map(|h| h.msg));
+        }
+        out
+    }
+
+    /// Forgets the peers `known` no longer knows (the node forgot them, and with them their
+    /// pair values): their held messages — which no receive tied to them can match any more —
+    /// and their flood marks go. Returns their messages.
+    pub fn forget_unknown(&mut self, known: impl Fn(u64) -> bool) -> Vec<M> {
+        self.flooded.retain(|&p| known(p));
+        let mut out = Vec::new();
+        for s in &mut self.spaces {
+            let mut kept = VecDeque::with_capacity(s.queue.len());
+            for h in s.queue.drain(..) {
+                if known(h.peer) {
+                    kept.push_back(h);
+                } else {
+                    out.push(h.msg);
+                }
+            }
+            s.queue = kept;
+        }
+        self.counts.retain(|&(_, p), _| known(p));
+        out
     }
 
     /// Messages held, over all namespaces.
@@ -230,27 +279,14 @@ impl<M> Backlog<M> {
         let s = self.spaces.iter_mut().find(|s| s.id == id)?;
         let k = s.queue.iter().position(|h| (h.tag ^ tag) & mask == 0)?;
         let h = s.queue.remove(k)?;
-        self.uncount(id, h.peer, h.len);
+        self.uncount(id, h.peer, charge(h.len));
         Some(h)
     }
 
-    /// Puts back a message [`take`](Self::take) gave (a receive that did not keep it) as the
-    /// oldest of its namespace, over the limit if need be (it was counted before).
-    pub fn put_back(&mut self, id: u16, h: Held<M>) -> Result<(), Held<M>> {
-        let Some(s) = self.spaces.iter_mut().find(|s| s.id == id) else {
-            return Err(h);
-        };
-        let c = self.counts.entry((id, h.peer)).or_default();
-        c.0 += 1;
-        c.1 += h.len as u64;
-        s.queue.push_front(h);
-        Ok(())
-    }
-
-    fn uncount(&mut self, id: u16, peer: u64, len: usize) {
+    fn uncount(&mut self, id: u16, peer: u64, charged: u64) {
         if let Some(c) = self.counts.get_mut(&(id, peer)) {
             c.0 -= 1;
-            c.1 -= len as u64;
+            c.1 -= charged;
             if c.0 == 0 {
                 self.counts.remove(&(id, peer));
             }
@@ -274,9 +310,15 @@ impl<M> Backlog<M> {
         false
     }
 
-    /// Whether the last pass took messages (they keep coming).
+    /// Whether the last pass took messages (they keep coming; the next pass is due at once).
     pub fn is_busy(&self) -> bool {
-        self.busy
+        self.busy && !self.spaces.is_empty()
+    }
+
+    /// Whether the last pass stopped at its budget with messages left: more come than a pass
+    /// takes (a flood), and the adapter should give passes more of each call.
+    pub fn is_saturated(&self) -> bool {
+        self.saturated && !self.spaces.is_empty()
     }
 
     /// When a pass is next due (adapter time; see [`due`](Self::due)).
@@ -313,11 +355,13 @@ impl<M> Backlog<M> {
         };
         let mut looks = 0;
         let mut k = 0;
+        self.saturated = false;
         'spaces: while k < self.spaces.len() {
             let (id, limit) = (self.spaces[k].id, self.spaces[k].limit);
             let space = layout.space(id);
             loop {
                 if looks >= HOLD_LOOKS_PER_CALL || out_of_time() {
+                    self.saturated = true;
                     break 'spaces;
                 }
                 looks += 1;
@@ -330,7 +374,9 @@ impl<M> Backlog<M> {
                     continue;
                 };
                 let (n, bytes) = self.held_by(id, peer);
-                let over = n >= limit.messages || bytes.saturating_add(len as u64) > limit.bytes;
+                // (a peer with nothing held is always let through one message)
+                let over = n > 0
+                    && (n >= limit.messages || bytes.saturating_add(charge(len)) > limit.bytes);
                 if over && self.flooded.insert(peer) {
                     p.floods.push(peer);
                     p.released.extend(self.drop_peer(peer));
@@ -342,7 +388,7 @@ impl<M> Backlog<M> {
                 }
                 let c = self.counts.entry((id, peer)).or_default();
                 c.0 += 1;
-                c.1 += len as u64;
+                c.1 += charge(len);
                 self.spaces[k].queue.push_back(Held {
                     tag,
                     len,
@@ -502,18 +548,56 @@ mod tests {
     }
 
     #[test]
-    fn releasing_a_namespace_gives_its_messages_back_and_put_back_restores_the_head() {
+    fn releasing_a_namespace_gives_its_messages_back() {
         let mut b = Backlog::new();
         b.hold(NS, LIMIT);
         let mut q = Q::default();
         q.q.extend([(tag(NS, 1, 0), 1), (tag(NS, 1, 1), 1)]);
-        pass(&mut b, &mut q);
-        let h = b.take(NS, tag(NS, 1, 1), u64::MAX).unwrap();
-        assert!(b.put_back(NS, h).is_ok());
-        assert_eq!(b.oldest(NS), Some((tag(NS, 1, 1), 1)));
+        assert!(pass(&mut b, &mut q).took());
         assert_eq!(b.held_by(NS, 1), (2, 2));
         assert_eq!(b.release(NS).len(), 2);
         assert!(!b.holds(NS) && !b.is_active());
+        assert!(!b.is_busy(), "nothing held: never flooded");
         assert_eq!(b.held_by(NS, 1), (0, 0));
+    }
+
+    #[test]
+    fn a_message_longer_than_the_byte_limit_is_charged_its_header_only() {
+        let mut b = Backlog::new();
+        b.hold(NS, LIMIT);
+        let mut q = Q::default();
+        // 1 GiB, sent by rendezvous: held is its header, charged HELD_CHARGE_MAX at most
+        q.q.push_back((tag(NS, 1, 0), 1 << 30));
+        let p = pass(&mut b, &mut q);
+        assert!(p.floods.is_empty());
+        assert_eq!(
+            b.held_by(NS, 1),
+            (1, HELD_CHARGE_MAX),
+            "the first is let through"
+        );
+        q.q.push_back((tag(NS, 1, 1), 1 << 30));
+        assert_eq!(
+            pass(&mut b, &mut q).floods,
+            vec![1],
+            "the second passes the limit"
+        );
+    }
+
+    #[test]
+    fn forgotten_peers_messages_and_flood_marks_go() {
+        let mut b = Backlog::new();
+        b.hold(NS, LIMIT);
+        let mut q = Q::default();
+        for x in 0..5 {
+            q.q.push_back((tag(NS, 1, x), 1));
+        }
+        q.q.push_back((tag(NS, 2, 0), 1));
+        pass(&mut b, &mut q);
+        assert_eq!(b.len(), 1);
+        let gone = b.forget_unknown(|p| p != 1 && p != 2);
+        assert_eq!(gone.len(), 1, "peer 2's held message");
+        assert!(b.is_empty());
+        q.q.push_back((tag(NS, 1, 0), 1));
+        assert_eq!(pass(&mut b, &mut q).held, 1, "peer 1's flood mark went too");
     }
 }

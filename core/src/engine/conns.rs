@@ -326,6 +326,8 @@ struct Pairs {
     by_value: hashbrown::HashMap<u64, u64, TokenHash>,
     /// [`super::pair_gaps`] of the values, rebuilt when they change (`None`: stale).
     gaps: Option<Vec<(u32, u32)>>,
+    /// How many values were forgotten with their peers so far.
+    forgotten: u64,
 }
 
 impl Pairs {
@@ -359,6 +361,7 @@ impl Pairs {
         if let Some((v, _)) = self.by_peer.remove(&peer) {
             self.by_value.remove(&(v as u64));
             self.gaps = None;
+            self.forgotten += 1;
         }
     }
 }
@@ -408,6 +411,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
                 by_peer: hashbrown::HashMap::with_hasher(h),
                 by_value: hashbrown::HashMap::with_hasher(h),
                 gaps: None,
+                forgotten: 0,
             },
         }
     }
@@ -420,6 +424,12 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     pub fn rx_pair(&mut self, peer: u64, layout: &TagLayout) -> u32 {
         self.pairs.bits = layout.pair_bits();
         self.pairs.value_for(peer)
+    }
+
+    /// How many pair values were forgotten with their peers so far (a change tells whoever
+    /// keeps state per peer value — the held backlogs — to let go of the forgotten ones).
+    pub fn pairs_forgotten(&self) -> u64 {
+        self.pairs.forgotten
     }
 
     /// The pair value `peer`'s tags to this node carry, if one was made already (see
