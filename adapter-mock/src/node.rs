@@ -459,12 +459,7 @@ impl Node {
         from: Option<u64>,
         payload: u64,
     ) -> Result<tagspace_core::Matcher, NodeError> {
-        let layout = self.registry.layout();
-        let ns = self.engine.libs.ns(lib)?;
-        Ok(match from {
-            Some(peer) => ns.matcher_from(self.engine.conns.rx_pair(peer, layout), payload)?,
-            None => ns.matcher_any_peer(payload)?,
-        })
+        (self.engine).recv_matcher(self.registry.layout(), lib, from, payload)
     }
 
     /// A held message for this receive, if `lib`'s namespace is held and one matches (the

@@ -463,6 +463,18 @@ mod tests {
         bytes: 100,
     };
 
+    /// A held namespace; waiting: 5 messages of peer 1 (over the limit of 3), then 1 of peer 2.
+    fn peer_1_over_the_limit() -> (Backlog<u64>, Q) {
+        let mut b = Backlog::new();
+        b.hold(NS, LIMIT);
+        let mut q = Q::default();
+        for x in 0..5 {
+            q.q.push_back((tag(NS, 1, x), 1));
+        }
+        q.q.push_back((tag(NS, 2, 0), 1));
+        (b, q)
+    }
+
     #[test]
     fn a_pass_holds_a_namespace_oldest_first_and_receives_keep_the_order() {
         let mut b = Backlog::new();
@@ -493,13 +505,7 @@ mod tests {
 
     #[test]
     fn a_peer_over_its_limit_is_reported_once_and_its_messages_dropped_until_proven() {
-        let mut b = Backlog::new();
-        b.hold(NS, LIMIT);
-        let mut q = Q::default();
-        for x in 0..5 {
-            q.q.push_back((tag(NS, 1, x), 1));
-        }
-        q.q.push_back((tag(NS, 2, 0), 1));
+        let (mut b, mut q) = peer_1_over_the_limit();
         let p = pass(&mut b, &mut q);
         assert_eq!(p.floods, vec![1]);
         assert_eq!(p.released.len(), 3, "its three held messages go");
@@ -585,13 +591,7 @@ mod tests {
 
     #[test]
     fn forgotten_peers_messages_and_flood_marks_go() {
-        let mut b = Backlog::new();
-        b.hold(NS, LIMIT);
-        let mut q = Q::default();
-        for x in 0..5 {
-            q.q.push_back((tag(NS, 1, x), 1));
-        }
-        q.q.push_back((tag(NS, 2, 0), 1));
+        let (mut b, mut q) = peer_1_over_the_limit();
         pass(&mut b, &mut q);
         assert_eq!(b.len(), 1);
         let gone = b.forget_unknown(|p| p != 1 && p != 2);

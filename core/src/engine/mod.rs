@@ -156,6 +156,23 @@ impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, 
             .min()
     }
 
+    /// The matcher a receive for `payload` in `lib`'s namespace posts: from `peer` (exact, the
+    /// pair value this node gives it, made now if need be) or from any peer (the pair field
+    /// free).
+    pub fn recv_matcher(
+        &mut self,
+        layout: &crate::TagLayout,
+        lib: LibId,
+        from: Option<u64>,
+        payload: u64,
+    ) -> Result<crate::Matcher, NodeError<E>> {
+        let ns = self.libs.ns(lib)?;
+        Ok(match from {
+            Some(peer) => ns.matcher_from(self.conns.rx_pair(peer, layout), payload)?,
+            None => ns.matcher_any_peer(payload)?,
+        })
+    }
+
     /// Where waiting send `w` goes now, or why it waits on ([`Connections::resolve`]).
     pub fn resolve(&self, w: &Waiting) -> Result<Resolved, NodeError<E>>
     where
