@@ -83,8 +83,6 @@ pub struct Node {
     /// The held namespaces' messages (see [`Node::hold_backlog`]): tag, and the data the
     /// fabric's probe with removal handed over.
     backlog: engine::Backlog<Vec<u8>>,
-    /// `Connections::pairs_forgotten` when the backlog last let go of forgotten peers.
-    pairs_forgotten: u64,
 }
 
 impl Node {
@@ -141,7 +139,6 @@ impl Node {
             deadline_closes: 0,
             flood_closes: 0,
             backlog: engine::Backlog::new(),
-            pairs_forgotten: 0,
         }
     }
 
@@ -495,15 +492,9 @@ impl Node {
     /// One pass of the held namespaces' backlogs; cuts off the peers over their limit.
     fn hold_pass(&mut self, fab: &mut Fabric) {
         let layout = self.registry.layout();
-        let forgotten = self.engine.conns.pairs_forgotten();
-        if forgotten != self.pairs_forgotten {
-            self.pairs_forgotten = forgotten;
-            let conns = &self.engine.conns;
-            drop(
-                self.backlog
-                    .forget_unknown(|p| conns.rx_pair_of(p).is_some()),
-            );
-        }
+        let conns = &self.engine.conns;
+        let forgotten = conns.pairs_forgotten();
+        drop((self.backlog).forget_unknown(forgotten, |p| conns.rx_pair_of(p).is_some()));
         let mut queue = FabricHolds {
             fab: &mut *fab,
             worker: self.worker,

@@ -430,9 +430,6 @@ pub struct Node {
     /// The held namespaces' messages, taken out of UCX's queue per peer within their limit
     /// ([`Node::hold_backlog`]).
     backlog: engine::Backlog<Message>,
-    /// [`Connections::pairs_forgotten`](engine::Connections::pairs_forgotten) when the backlog
-    /// last let go of forgotten peers.
-    pairs_forgotten: u64,
     clock: Clock,
     /// Closes and drains UCX has not finished with yet.
     background: Vec<Request>,
@@ -572,7 +569,6 @@ impl Node {
             stats: NodeStats::default(),
             stray_by_id: vec![0; CAP],
             backlog: engine::Backlog::new(),
-            pairs_forgotten: 0,
             clock: cfg.clock,
             background: Vec::new(),
             closing: Vec::new(),
@@ -1225,11 +1221,12 @@ impl Node {
         if !self.engine.conns.forged(layout, tag) {
             return false;
         }
-        self.stats.stray += 1;
-        self.stats.forged += 1;
-        if let Some(c) = self.stray_by_id.get_mut(layout.namespace_of(tag) as usize) {
-            *c += 1;
-        }
+        count_stray(
+            &mut self.stats,
+            &mut self.stray_by_id,
+            layout.namespace_of(tag),
+            true,
+        );
         true
     }
 
@@ -1361,23 +1358,20 @@ impl Node {
     /// drain's time budget; cuts off the peers over their limit. Whether it took anything.
     fn hold_pass(&mut self, deadline: Instant) -> bool {
         let layout = self.registry.layout();
-        let forgotten = self.engine.conns.pairs_forgotten();
-        if forgotten != self.pairs_forgotten {
-            // Peers the node forgot, and their pair values: what they left held can no longer
-            // be received from them (a receive tied to one makes a new value), nor be told
-            // apart from a stranger's.
-            self.pairs_forgotten = forgotten;
-            let conns = &self.engine.conns;
-            let gone = self
-                .backlog
-                .forget_unknown(|p| conns.rx_pair_of(p).is_some());
-            self.stats.backlog_dropped += gone.len() as u64;
-        }
-        let mut queue = Holds {
+        // Peers the node forgot, and their pair values: what they left held can no longer be
+        // received from them (a receive tied to one makes a new value), nor be told apart
+        // from a stranger's.
+        let conns = &self.engine.conns;
+        let forgotten = conns.pairs_forgotten();
+        let gone = (self.backlog).forget_unknown(forgotten, |p| conns.rx_pair_of(p).is_some());
+        self.stats.backlog_dropped += gone.len() as u64;
+        let mut queue = Strays {
             worker: &self.worker,
+            layout,
             stats: &mut self.stats,
             by_id: &mut self.stray_by_id,
-            layout,
+            background: &mut self.background,
+            oldest: None,
         };
         let conns = &self.engine.conns;
         let pass = self.backlog.pass(
@@ -2448,14 +2442,12 @@ struct Strays<'n> {
 }
 
 impl Strays<'_> {
-    /// Takes one unexpected message matching `(tag, mask)` as a stray of namespace id `id`.
-    fn take(&mut self, tag: u64, mask: u64, id: u16) -> bool {
+    /// Takes one unexpected message matching `(tag, mask)` as a stray of namespace id `id`
+    /// (`forged`: for its pair value).
+    fn take(&mut self, tag: u64, mask: u64, id: u16, forged: bool) -> bool {
         match self.worker.tag_probe_take(tag, mask, STRAY_MAX_LEN) {
             Ok(Some((_, req))) => {
-                self.stats.stray += 1;
-                if let Some(c) = self.by_id.get_mut(id as usize) {
-                    *c += 1;
-                }
+                count_stray(self.stats, self.by_id, id, forged);
                 self.background.push(req);
                 true
             }
@@ -2467,7 +2459,7 @@ impl Strays<'_> {
 impl StrayQueue for Strays<'_> {
     fn take_one(&mut self, id: u16) -> bool {
         let space = self.layout.space(id);
-        self.take(space.tag, space.mask, id)
+        self.take(space.tag, space.mask, id, false)
     }
     fn waits(&mut self, id: u16) -> bool {
         let space = self.layout.space(id);
@@ -2482,9 +2474,7 @@ impl engine::QueueHead for Strays<'_> {
         self.oldest
     }
     fn take_matching(&mut self, tag: u64, mask: u64, id: u16, forged: bool) -> bool {
-        let taken = self.take(tag, mask, id);
-        self.stats.forged += u64::from(taken && forged);
-        taken
+        self.take(tag, mask, id, forged)
     }
     fn first(&mut self, tag: u64, mask: u64) -> Option<u64> {
         self.worker.tag_probe(tag, mask).map(|m| m.tag)
@@ -2495,21 +2485,11 @@ impl engine::QueueHead for Strays<'_> {
         // worker is progressed on this thread only, and a sweep never runs on a host's; an
         // exact-tag lookup would walk one of UCX's 1021 hash buckets, each a thousandth of a
         // flooded queue.)
-        let taken = (self.oldest.take()).is_some() && self.take(0, 0, id);
-        self.stats.forged += u64::from(taken && forged);
-        taken
+        (self.oldest.take()).is_some() && self.take(0, 0, id, forged)
     }
 }
 
-/// The held namespaces' view of UCX's unexpected queue ([`engine::HoldQueue`]).
-struct Holds<'n> {
-    worker: &'n Worker,
-    layout: &'n TagLayout,
-    stats: &'n mut NodeStats,
-    by_id: &'n mut Vec<u64>,
-}
-
-impl engine::HoldQueue<Message> for Holds<'_> {
+impl engine::HoldQueue<Message> for Strays<'_> {
     fn take_first(&mut self, tag: u64, mask: u64) -> Option<(u64, usize, Message)> {
         let m = self.worker.tag_probe_hold(tag, mask)?;
         let info = m.info();
@@ -2519,11 +2499,16 @@ impl engine::HoldQueue<Message> for Holds<'_> {
         // Dropping the message receives it into a few bytes (parked until UCX is done).
         drop(msg);
         if forged {
-            self.stats.stray += 1;
-            self.stats.forged += 1;
-            if let Some(c) = self.by_id.get_mut(self.layout.namespace_of(tag) as usize) {
-                *c += 1;
-            }
+            count_stray(self.stats, self.by_id, self.layout.namespace_of(tag), true);
         }
+    }
+}
+
+/// Counts a stray of namespace id `id` (`forged`: a pair value no proven peer was given).
+fn count_stray(stats: &mut NodeStats, by_id: &mut [u64], id: u16, forged: bool) {
+    stats.stray += 1;
+    stats.forged += u64::from(forged);
+    if let Some(c) = by_id.get_mut(id as usize) {
+        *c += 1;
     }
 }

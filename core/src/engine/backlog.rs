@@ -129,6 +129,8 @@ pub struct Backlog<M> {
     busy: bool,
     /// The last pass stopped at its budget with messages left (a flood, not just traffic).
     saturated: bool,
+    /// The engine's count of forgotten pair values when peers were last forgotten here.
+    forgotten_seen: u64,
 }
 
 impl<M> Default for Backlog<M> {
@@ -147,6 +149,7 @@ impl<M> Backlog<M> {
             last_ms: None,
             busy: false,
             saturated: false,
+            forgotten_seen: 0,
         }
     }
 
@@ -226,10 +229,16 @@ impl<M> Backlog<M> {
         out
     }
 
-    /// Forgets the peers `known` no longer knows (the node forgot them, and with them their
-    /// pair values): their held messages — which no receive tied to them can match any more —
-    /// and their flood marks go. Returns their messages.
-    pub fn forget_unknown(&mut self, known: impl Fn(u64) -> bool) -> Vec<M> {
+    /// Once the engine has forgotten more pair values (`forgotten`:
+    /// [`Connections::pairs_forgotten`](super::Connections::pairs_forgotten)) than when this
+    /// last ran, forgets the peers `known` no longer knows: their held messages — which no
+    /// receive tied to them can match any more — and their flood marks go. Returns their
+    /// messages (none while nothing more was forgotten).
+    pub fn forget_unknown(&mut self, forgotten: u64, known: impl Fn(u64) -> bool) -> Vec<M> {
+        if forgotten == self.forgotten_seen {
+            return Vec::new();
+        }
+        self.forgotten_seen = forgotten;
         self.flooded.retain(|&p| known(p));
         let mut out = Vec::new();
         for s in &mut self.spaces {
@@ -594,7 +603,11 @@ mod tests {
         let (mut b, mut q) = peer_1_over_the_limit();
         pass(&mut b, &mut q);
         assert_eq!(b.len(), 1);
-        let gone = b.forget_unknown(|p| p != 1 && p != 2);
+        assert!(
+            b.forget_unknown(0, |p| p != 1 && p != 2).is_empty(),
+            "nothing forgotten yet"
+        );
+        let gone = b.forget_unknown(1, |p| p != 1 && p != 2);
         assert_eq!(gone.len(), 1, "peer 2's held message");
         assert!(b.is_empty());
         q.q.push_back((tag(NS, 1, 0), 1));
