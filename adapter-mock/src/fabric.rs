@@ -72,6 +72,16 @@ pub enum WorkerEvent {
     EndpointError(EpId, FabricError),
 }
 
+/// A send or receive that finished ([`Fabric::completed`]), as UCX's completion callback
+/// reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Completed {
+    /// [`Fabric::send_take`] has its result.
+    Send(SendId),
+    /// [`Fabric::recv_take`] has its result.
+    Recv(RecvId),
+}
+
 /// A received tag message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Received {
@@ -116,6 +126,8 @@ struct Worker {
     am_handlers: HashSet<u16>,
     am_queue: VecDeque<AmMessage>,
     events: VecDeque<WorkerEvent>,
+    /// Sends and receives finished since the worker last looked ([`Fabric::completed`]).
+    completed: VecDeque<Completed>,
     stats: WorkerStats,
 }
 
@@ -186,6 +198,7 @@ impl Fabric {
             process,
             matcher: TagMatcher::new(),
             done_recvs: HashMap::new(),
+            completed: VecDeque::new(),
             am_handlers: HashSet::new(),
             am_queue: VecDeque::new(),
             events: VecDeque::new(),
@@ -260,7 +273,10 @@ impl Fabric {
 
     /// Sends a tagged message; collect its outcome with [`Fabric::send_take`].
     pub fn tag_send(&mut self, ep: EpId, tag: u64, data: &[u8]) -> Result<SendId, FabricError> {
-        let dest = self.usable(ep)?.remote_worker;
+        let (dest, from) = {
+            let e = self.usable(ep)?;
+            (e.remote_worker, e.worker)
+        };
         let id = SendId(self.next());
         let rndv = data.len() > RNDV_THRESHOLD;
         let msg = TagMsg {
@@ -275,6 +291,11 @@ impl Fabric {
                 SendState::Done(Ok(()))
             },
         );
+        if !rndv {
+            self.workers[from.0]
+                .completed
+                .push_back(Completed::Send(id));
+        }
         if self.hold {
             self.eps[ep.0].tag_wire.push_back((tag, msg));
         } else {
@@ -296,9 +317,8 @@ impl Fabric {
                     data: msg.data,
                 }),
             );
-            if let Some(s) = msg.send {
-                self.sends.insert(s, SendState::Done(Ok(())));
-            }
+            w.completed.push_back(Completed::Recv(recv));
+            self.complete_send(msg.send, Ok(()));
         }
     }
 
@@ -369,10 +389,32 @@ impl Fabric {
         }
     }
 
-    fn complete_send(&mut self, send: Option<SendId>) {
-        if let Some(s) = send {
-            self.sends.insert(s, SendState::Done(Ok(())));
+    /// A pending send ends with `r`; its worker hears of it.
+    fn complete_send(&mut self, send: Option<SendId>, r: Result<(), FabricError>) {
+        let Some(s) = send else {
+            return;
+        };
+        if let Some(SendState::Pending { ep }) = self.sends.get(&s) {
+            let w = self.eps[ep.0].worker;
+            self.workers[w.0].completed.push_back(Completed::Send(s));
+            self.sends.insert(s, SendState::Done(r));
         }
+    }
+
+    /// Every send still pending on `ep` ends with `why`.
+    fn fail_sends(&mut self, ep: EpId, why: FabricError) {
+        let on_ep: Vec<SendId> = (self.sends.iter())
+            .filter(|(_, s)| matches!(s, SendState::Pending { ep: p } if *p == ep))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in on_ep {
+            self.complete_send(Some(id), Err(why));
+        }
+    }
+
+    /// The sends and receives of worker `w` finished since the last call, oldest first.
+    pub fn completed(&mut self, w: WorkerId) -> Option<Completed> {
+        self.worker(w).ok()?.completed.pop_front()
     }
 
     /// Posts a tag receive on a worker.
@@ -387,7 +429,8 @@ impl Fabric {
                     data: msg.data,
                 }),
             );
-            self.complete_send(msg.send);
+            worker.completed.push_back(Completed::Recv(id));
+            self.complete_send(msg.send, Ok(()));
         }
         Ok(id)
     }
@@ -420,7 +463,7 @@ impl Fabric {
                 data: Vec::new(),
             })),
             Some((t, Some(msg))) => {
-                self.complete_send(msg.send);
+                self.complete_send(msg.send, Ok(()));
                 Ok(Some(Received {
                     tag: t,
                     data: msg.data,
@@ -508,11 +551,7 @@ impl Fabric {
         self.workers[worker.0]
             .events
             .push_back(WorkerEvent::EndpointError(ep, why));
-        for s in self.sends.values_mut() {
-            if matches!(s, SendState::Pending { ep: p } if *p == ep) {
-                *s = SendState::Done(Err(why));
-            }
-        }
+        self.fail_sends(ep, why);
     }
 
     /// Closes an endpoint; the peer's side fails with [`FabricError::EndpointClosed`].
@@ -521,11 +560,7 @@ impl Fabric {
             if e.state.is_ok() {
                 e.state = Err(FabricError::EndpointClosed);
                 let remote = e.remote_ep;
-                for s in self.sends.values_mut() {
-                    if matches!(s, SendState::Pending { ep: p } if *p == ep) {
-                        *s = SendState::Done(Err(FabricError::EndpointClosed));
-                    }
-                }
+                self.fail_sends(ep, FabricError::EndpointClosed);
                 self.fail_ep(remote, FabricError::EndpointClosed);
             }
         }

@@ -12,10 +12,12 @@
 //! * of two connections to one peer the session's tie-break keeps one (P4);
 //! * an endpoint error fails the operations on that endpoint only (D3).
 
-use crate::fabric::{EpId, Fabric, FabricError, ProcessId, RecvId, SendId, WorkerEvent, WorkerId};
+use crate::fabric::{
+    Completed, EpId, Fabric, FabricError, ProcessId, RecvId, SendId, WorkerEvent, WorkerId,
+};
 use tagspace_core::engine::{
-    self, AfterClose, AmDelivery, Blocked, Charge, Check, Control, Dest, Liveness, Next,
-    PeerLimits, QueueOwner, Resolved, StrayQueue, Target, Waiting,
+    self, AfterClose, AmDelivery, Blocked, Charge, Check, Control, Dest, Ending, Expiry, Liveness,
+    Loss, Next, PeerGone, PeerLimits, QueueOwner, Resolved, StrayQueue, Target, Waiting,
 };
 use tagspace_core::session::SessionError;
 use tagspace_core::wellknown::CONTROL_ID;
@@ -52,10 +54,15 @@ enum Op {
     Sending {
         lib: LibId,
         send: SendId,
+        /// The endpoint it is in flight on (D3: it ends when that fails).
+        ep: EpId,
     },
     Receiving {
         lib: LibId,
         recv: RecvId,
+        /// The peer the library said the message comes from ([`Node::recv_from`]): the
+        /// receive ends when that peer goes down (D3).
+        from: Option<u64>,
         /// A receive from any peer: its payload, to post again after a stranger's message.
         any: Option<u64>,
     },
@@ -63,6 +70,38 @@ enum Op {
 
 /// What an operation became after a step.
 type Step = Next<Op, FabricError>;
+
+impl engine::Pending for Op {
+    fn route_deadline(&self) -> Option<u64> {
+        match self {
+            Op::WaitingRoute(w) => Some(w.deadline_ms()),
+            _ => None,
+        }
+    }
+    /// Its send or receive id (what [`Fabric::completed`] reports).
+    fn request(&self) -> Option<u64> {
+        match self {
+            Op::Sending { send, .. } => Some(send.0),
+            Op::Receiving { recv, .. } => Some(recv.0),
+            Op::WaitingRoute(_) => None,
+        }
+    }
+}
+
+impl engine::Waits<EpId> for Op {
+    fn sending_on(&self) -> Option<EpId> {
+        match self {
+            Op::Sending { ep, .. } => Some(*ep),
+            _ => None,
+        }
+    }
+    fn receiving_from(&self) -> Option<u64> {
+        match self {
+            Op::Receiving { from, .. } => *from,
+            _ => None,
+        }
+    }
+}
 
 /// A simulated process running tagspace.
 pub struct Node {
@@ -266,10 +305,7 @@ impl Node {
     /// (the core engine's `poll_timeout`, as on UCX); `None`: nothing is timed.
     pub fn poll_timeout_ms(&self, fab: &Fabric) -> Option<u64> {
         let now = fab.now_ms();
-        let at = self.engine.poll_timeout(now, |op| match op {
-            Op::WaitingRoute(w) => Some(w.deadline_ms()),
-            _ => None,
-        });
+        let at = self.engine.poll_timeout(now);
         let held = (self.engine.owner != QueueOwner::HOST)
             .then(|| self.backlog.next_ms())
             .flatten();
@@ -417,7 +453,13 @@ impl Node {
     /// Posts an exact receive (full mask, D1) for `payload` in `lib`'s namespace from `peer`
     /// only: the tag carries the pair value this node gives `peer` — as the UCX node's
     /// `recv_from`.
+    /// A receive posted for a peer that has already failed fails at once; one that waits when
+    /// the peer goes down ends with `PeerDown` (D3), as on UCX.
     pub fn recv_from(&mut self, fab: &mut Fabric, lib: LibId, peer: u64, payload: u64) -> OpId {
+        if let Some(cause @ Some(_)) = self.engine.conns.failed_peer(peer) {
+            let r = self.finish(lib, Err(NodeError::PeerDown { peer, cause }), false);
+            return self.engine.ops.start(r);
+        }
         self.post(fab, lib, Some(peer), payload)
     }
 
@@ -430,6 +472,7 @@ impl Node {
             Ok(recv) => Next::Wait(Op::Receiving {
                 lib,
                 recv,
+                from,
                 any: from.is_none().then_some(payload),
             }),
             Err(e) => Next::Done(Err(e)),
@@ -581,7 +624,7 @@ impl Node {
             Op::WaitingRoute(w) => {
                 let lib = w.lib;
                 match self.try_send(fab, &w) {
-                    Ok(Sent::InFlight(send)) => Next::Wait(Op::Sending { lib, send }),
+                    Ok(Sent::InFlight(send, ep)) => Next::Wait(Op::Sending { lib, send, ep }),
                     Ok(Sent::Complete) => self.finish(lib, Ok(None), true),
                     Ok(Sent::Blocked(why)) => match w.blocked(why, fab.now_ms(), &self.engine.libs)
                     {
@@ -591,16 +634,31 @@ impl Node {
                     Err(e) => self.finish(lib, Err(e), true),
                 }
             }
-            Op::Sending { lib, send } => match fab.send_take(send) {
-                None => Next::Wait(Op::Sending { lib, send }),
+            Op::Sending { lib, send, ep } => match fab.send_take(send) {
+                None => Next::Wait(Op::Sending { lib, send, ep }),
                 Some(r) => self.finish(lib, r.map(|_| None).map_err(NodeError::from), true),
             },
-            Op::Receiving { lib, recv, any } => match fab.recv_take(self.worker, recv) {
-                None => Next::Wait(Op::Receiving { lib, recv, any }),
+            Op::Receiving {
+                lib,
+                recv,
+                from,
+                any,
+            } => match fab.recv_take(self.worker, recv) {
+                None => Next::Wait(Op::Receiving {
+                    lib,
+                    recv,
+                    from,
+                    any,
+                }),
                 Some(Ok(m)) if any.is_some() && self.forged_tag(m.tag) => {
                     let payload = any.unwrap_or_default();
                     match self.post_recv(fab, lib, None, payload) {
-                        Ok(recv) => Next::Wait(Op::Receiving { lib, recv, any }),
+                        Ok(recv) => Next::Wait(Op::Receiving {
+                            lib,
+                            recv,
+                            from,
+                            any,
+                        }),
                         Err(e) => self.finish(lib, Err(e), false),
                     }
                 }
@@ -619,7 +677,7 @@ impl Node {
         };
         let ep = self.engine.conns.get(conn).io.ep;
         Ok(match dest {
-            Dest::Tag(tag) => Sent::InFlight(fab.tag_send(ep, tag, &w.data)?),
+            Dest::Tag(tag) => Sent::InFlight(fab.tag_send(ep, tag, &w.data)?, ep),
             Dest::Am(id) => {
                 fab.am_send(ep, id, &w.data)?;
                 Sent::Complete // AMs are eager here
@@ -639,9 +697,10 @@ impl Node {
                 WorkerEvent::Accepted(ep) => self.add_conn(ep, Role::Acceptor),
                 WorkerEvent::EndpointError(ep, e) => {
                     if let Some(i) = self.engine.conns.find(ep, |c| !c.io.closed) {
-                        // The fabric has failed what was in flight on it (D3).
-                        self.engine.conns.failed(i, e, &mut self.engine.libs);
+                        let gone = self.engine.conns.failed(i, e, &mut self.engine.libs);
                         self.engine.conns.get_mut(i).io.closed = true;
+                        self.lost(fab, Loss::Failed { key: ep }, 0, Some(e));
+                        self.peer_gone(fab, gone);
                     }
                 }
             }
@@ -668,8 +727,15 @@ impl Node {
             .conns
             .forget(|c| c.io.closed, &mut self.engine.unpins, now);
         self.release_pins(fab);
-        let ids = self.engine.ops.running();
-        for id in ids {
+        // D6: only the operations something happened to.
+        while let Some(done) = fab.completed(self.worker) {
+            let key = match done {
+                Completed::Send(s) => s.0,
+                Completed::Recv(r) => r.0,
+            };
+            self.engine.ops.completed(key);
+        }
+        for id in self.engine.due_ops(fab.now_ms()) {
             self.advance_op(fab, id);
         }
         if self.engine.sweep_due(now) {
@@ -698,11 +764,11 @@ impl Node {
                 }
             }
             Control::PeerClosed(AfterClose::Linger) => {}
-            // Closing the endpoint fails what is in flight on it (the fabric's rule), which is
-            // what `AbandonAndClose` asks.
-            Control::PeerClosed(AfterClose::AbandonAndClose | AfterClose::Close) => {
+            Control::PeerClosed(AfterClose::AbandonAndClose) => {
+                self.abandon_ops(fab, i);
                 self.end_conn(fab, i)
             }
+            Control::PeerClosed(AfterClose::Close) => self.end_conn(fab, i),
             // The session queued a CLOSE naming the reason: `end_conn` sends it, then closes.
             Control::ProtocolError(_) => self.end_conn(fab, i),
         }
@@ -731,8 +797,80 @@ impl Node {
     /// endpoint closes.
     fn end_conn(&mut self, fab: &mut Fabric, i: usize) {
         self.flush_conn(fab, i);
-        self.engine.conns.end(i, None, &mut self.engine.libs);
+        let gone = self.engine.conns.end(i, None, &mut self.engine.libs);
         self.close_ep(fab, i);
+        self.peer_gone(fab, gone);
+    }
+
+    /// An unresponsive connection (here or at the peer): its sends, and the receives waiting
+    /// for its peer if it is the peer's last connection, end now with `PeerDown` — as on UCX.
+    fn abandon_ops(&mut self, fab: &mut Fabric, i: usize) {
+        let c = self.engine.conns.get(i);
+        let (key, peer) = (c.key(), c.peer());
+        let last = peer.is_some_and(|p| self.engine.conns.live_to(p) <= 1);
+        let loss = Loss::Unresponsive { key, peer, last };
+        self.lost(fab, loss, peer.unwrap_or(0), None);
+    }
+
+    /// D3, as the engine decides it: the operations `loss` leaves unfinishable end.
+    fn lost(&mut self, fab: &mut Fabric, loss: Loss<EpId>, peer: u64, cause: Option<FabricError>) {
+        for (id, how) in self.engine.ops.affected_by(loss) {
+            match how {
+                Ending::End => self.end_for_peer(fab, id, peer, cause),
+                Ending::Cancel => self.cancel_for_peer(fab, id, peer),
+            }
+        }
+    }
+
+    /// `peer` has no connection left: the receives that said they wait for it end (it failed)
+    /// or are cancelled (it closed in order; one already matched completes).
+    fn peer_gone(&mut self, fab: &mut Fabric, gone: Option<PeerGone<FabricError>>) {
+        if let Some(PeerGone { peer, cause }) = gone {
+            let failed = cause.is_some();
+            self.lost(fab, Loss::PeerGone { peer, failed }, peer, cause);
+        }
+    }
+
+    /// Ends an operation that can only finish through `peer`, which went down: its result if
+    /// the fabric already has one (a send's failure is `PeerDown` too, as on UCX), else
+    /// `PeerDown` (a receive is cancelled).
+    fn end_for_peer(&mut self, fab: &mut Fabric, id: OpId, peer: u64, cause: Option<FabricError>) {
+        let down = NodeError::PeerDown { peer, cause };
+        let (lib, r, sent) = match self.engine.ops.remove(id) {
+            Some(Op::Sending { lib, send, .. }) => match fab.send_take(send) {
+                Some(Ok(())) => (lib, Ok(None), true),
+                _ => (lib, Err(down), true),
+            },
+            Some(Op::Receiving { lib, recv, .. }) => match fab.recv_take(self.worker, recv) {
+                Some(Ok(m)) => (lib, Ok(Some(m.data)), false),
+                _ => {
+                    fab.recv_cancel(self.worker, recv);
+                    (lib, Err(down), false)
+                }
+            },
+            Some(waiting) => {
+                self.engine.ops.put(id, Next::Wait(waiting));
+                return;
+            }
+            None => return,
+        };
+        let done = self.finish(lib, r, sent);
+        self.engine.ops.put(id, done);
+    }
+
+    /// A receive waiting for `peer`, which closed in order: cancelled (`PeerDown` with no
+    /// cause, as UCX's cancel gives on that node) unless it has already matched.
+    fn cancel_for_peer(&mut self, fab: &mut Fabric, id: OpId, peer: u64) {
+        let Some(Op::Receiving { lib, recv, .. }) = self.engine.ops.get(id) else {
+            return;
+        };
+        let (lib, recv) = (*lib, *recv);
+        if fab.recv_cancel(self.worker, recv) {
+            self.engine.ops.remove(id);
+            let down = NodeError::PeerDown { peer, cause: None };
+            let done = self.finish(lib, Err(down), false);
+            self.engine.ops.put(id, done);
+        }
     }
 
     fn close_ep(&mut self, fab: &mut Fabric, i: usize) {
@@ -820,6 +958,9 @@ impl Node {
         for (i, check) in due {
             if let Check::Expired(why) = check {
                 self.deadline_closes += 1;
+                if why == Expiry::Unresponsive {
+                    self.abandon_ops(fab, i);
+                }
                 self.engine.conns.cut_off(i, Some(why.reason()));
                 self.end_conn(fab, i);
             } else {
@@ -865,8 +1006,8 @@ impl Node {
 enum Sent {
     /// Not yet (P2).
     Blocked(Blocked),
-    /// Handed to the transport; completes later.
-    InFlight(SendId),
+    /// Handed to the transport (on this endpoint); completes later.
+    InFlight(SendId, EpId),
     /// Handed over and already complete.
     Complete,
 }

@@ -23,7 +23,7 @@ use rawhost::{progress_thread, registry, service_threads, shared_pair};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
-use tagspace_ucx::node::{Node, Side};
+use tagspace_ucx::node::{Node, Role};
 use tagspace_ucx::ucp::Config;
 
 fn main() {
@@ -47,8 +47,8 @@ fn main() {
     let host_progress = progress_thread(&[ha.worker, hb.worker], &stop, pause);
     let service = service_threads(&[&a, &b], &stop, pause);
     // SAFETY: live endpoints of these workers.
-    unsafe { a.attach(a_ep, Side::Initiator) }.unwrap();
-    unsafe { b.attach(b_ep, Side::Acceptor) }.unwrap();
+    unsafe { a.attach(a_ep, Role::Initiator) }.unwrap();
+    unsafe { b.attach(b_ep, Role::Acceptor) }.unwrap();
     let lib_a = Arc::new(a.register("dask").unwrap());
     let _lib_b = b.register("dask").unwrap();
     let tb = b.token();

@@ -46,11 +46,11 @@ use tagspace_core::identity::Identity;
 use tagspace_core::namespace::Route;
 use tagspace_core::session::{Phase, SessionError};
 use tagspace_core::wellknown::CONTROL_ID;
-use tagspace_core::wire::{self, CloseReason, Role, MAX_FRAME_LEN};
+use tagspace_core::wire::{self, CloseReason, MAX_FRAME_LEN};
 use tagspace_core::{Namespace, Registry, Tag, TagError, TagLayout};
 use ucx1_sys as sys;
 
-pub use tagspace_core::wire::Role as Side;
+pub use tagspace_core::wire::Role;
 
 /// The status of a failure a host reports: its own, or `CONNECTION_RESET` for a "failure"
 /// given without a cause (`UCS_OK`).
@@ -86,16 +86,8 @@ pub const STRAY_TIME_BUDGET_US: u64 = 2_000;
 /// held back by the transport's flow control instead of the queue growing (D4: still far below
 /// 50 ms a call).
 pub const STRAY_FLOOD_BUDGET_US: u64 = 10_000;
-/// How many peers whose connections are gone a node remembers (to fail later operations for
-/// them with `PeerDown` rather than wait): the oldest are forgotten first (D5).
-pub const GONE_PEERS_MAX: usize = 4096;
 /// The most `ucp_worker_progress` calls one `progress` call makes (D4).
 pub const UCX_PROGRESS_PER_CALL: u32 = 16;
-/// How long (ms) a connection superseded by a simultaneous connect keeps its endpoint open
-/// before closing it. Either side may have sent data on it before both sides settled on the
-/// survivor; closing at once let the peer's endpoint go while that data (eager messages still in
-/// UCX's queues, rendezvous transfers not yet pulled) was in flight, and it was lost.
-pub const SUPERSEDED_LINGER_MS: u64 = 2000;
 /// The largest stray message the drain will buffer; longer ones are truncated and dropped.
 pub const STRAY_MAX_LEN: usize = 1 << 20;
 /// Control frames a peer may send on a connection before this side's endpoint has finished
@@ -110,17 +102,17 @@ pub const EARLY_BYTES_MAX: usize = 64 * 1024;
 /// can come before the host attaches its side), oldest dropped first; together at most
 /// [`EARLY_BYTES_MAX`] bytes.
 pub const UNATTACHED_FRAMES_MAX: usize = 256;
-// The connection deadlines are the core engine's (the mock node runs the same code).
+// The connection deadlines and table limits are the core engine's (the mock node runs the
+// same code): declared there once.
 pub use tagspace_core::engine::{
-    Liveness, ACK_TIMEOUT_MS, CLOSED_PIN_LINGER_MS, HANDSHAKE_TIMEOUT_MS, LIVENESS_TICK_MAX_MS,
+    Liveness, ACK_TIMEOUT_MS, CLOSED_PIN_LINGER_MS, GONE_PEERS_MAX, HANDSHAKE_TIMEOUT_MS,
+    LIVENESS_TICK_MAX_MS, PROTOCOL_ERRORS_KEPT, SUPERSEDED_LINGER_MS,
 };
 /// The most inbox messages with a stranger's pair value one [`Node::probe_inbox`] call drops
 /// before it answers `None` (the next call goes on; the stray drain takes them too).
 pub const FORGED_PER_PROBE: u32 = 64;
 /// Withdrawal acknowledgement tags taken per `progress` call at most (R7).
 pub const ACKS_PER_CALL: u32 = 64;
-/// Protocol errors kept for [`Node::protocol_errors`] (older ones are only counted).
-pub const PROTOCOL_ERRORS_KEPT: usize = 64;
 
 pub use tagspace_core::engine::{BacklogLimit, Counters, LibId, OpId, HOLD_LOOKS_PER_CALL};
 /// Why a node operation failed: the core engine's error, with UCX's (a peer failure says so).
@@ -301,6 +293,22 @@ enum Op {
 /// What an operation became after a step (the engine's table keeps finished ones' results).
 type Step = Next<Op, UcxError>;
 
+impl engine::Pending for Op {
+    fn route_deadline(&self) -> Option<u64> {
+        match self {
+            Op::WaitingRoute(w) => Some(w.deadline_ms()),
+            _ => None,
+        }
+    }
+    /// Its request's address (what [`Worker::take_completed`] reports).
+    fn request(&self) -> Option<u64> {
+        match self {
+            Op::Sending { req, .. } | Op::Receiving { req, .. } => Some(req.addr() as u64),
+            Op::WaitingRoute(_) => None,
+        }
+    }
+}
+
 impl engine::Waits<EpKey> for Op {
     fn sending_on(&self) -> Option<EpKey> {
         match self {
@@ -431,6 +439,9 @@ pub struct Node {
     /// ([`Node::hold_backlog`]).
     backlog: engine::Backlog<Message>,
     clock: Clock,
+    /// The addresses of the requests UCX completed (its completion callbacks name them),
+    /// taken from the worker at each `progress`: only their operations are moved along (D6).
+    completed: Vec<usize>,
     /// Closes and drains UCX has not finished with yet.
     background: Vec<Request>,
     /// Endpoints waiting for their requests to finish before they are closed.
@@ -499,7 +510,7 @@ impl Node {
     /// version are checked (UCX ≥ 1.12, the API these bindings were made from) and reported
     /// by [`host`](Self::host).
     ///
-    /// What the host must do: attach each endpoint tagspace may use, with the [`Side`] it
+    /// What the host must do: attach each endpoint tagspace may use, with the [`Role`] it
     /// played; call [`peer_failed`](Self::peer_failed) from its endpoint error handler (or
     /// when it learns a peer failed) and [`detach`](Self::detach) before closing an endpoint
     /// itself; drop the node (after [`shutdown`](Self::shutdown)) before destroying the
@@ -553,6 +564,7 @@ impl Node {
     ) -> Result<Node, NodeError> {
         let layout = registry.layout();
         let control_am = (CONTROL_ID as u32 * layout.am_ids_per_namespace()) as u16;
+        worker.wake_on_completion(true);
         worker.set_am_handler(control_am)?;
         let listener = match cfg.listen {
             Some(a) => Some(worker.listen(a)?),
@@ -570,6 +582,7 @@ impl Node {
             stray_by_id: vec![0; CAP],
             backlog: engine::Backlog::new(),
             clock: cfg.clock,
+            completed: Vec::new(),
             background: Vec::new(),
             closing: Vec::new(),
             buf: vec![0; MAX_FRAME_LEN],
@@ -643,8 +656,9 @@ impl Node {
 
     /// Releases a library: its id is withdrawn from every peer at the next `progress`, its AM
     /// handlers are removed, its waiting operations fail, and its posted receives are
-    /// cancelled (they finish with `UCS_ERR_CANCELED`): left posted, one would take a message
-    /// meant for the next name to get the id.
+    /// cancelled — they finish with [`NodeError::NoSuchLibrary`], as on the mock: left posted,
+    /// one would take a message meant for the next name to get the id. A receive UCX has
+    /// already matched (a rendezvous under way) still completes with its data.
     pub fn release(&mut self, lib: LibId) {
         if let Some(l) = self.engine.release(lib) {
             // Its held messages were sent to this name: dropped (received into a few bytes).
@@ -783,8 +797,8 @@ impl Node {
 
     /// Host mode: lets tagspace use the host's endpoint `ep` to one peer. The handshake runs
     /// in [`progress`](Self::progress); the peer's libraries appear as it completes
-    /// ([`PeerEvent::Up`]). `side`: [`Side::Initiator`] if this process created the endpoint
-    /// to the peer's listener, [`Side::Acceptor`] if it came from a connection request. For
+    /// ([`PeerEvent::Up`]). `side`: [`Role::Initiator`] if this process created the endpoint
+    /// to the peer's listener, [`Role::Acceptor`] if it came from a connection request. For
     /// endpoints both processes created from each other's worker address (one UCX connection
     /// for the pair), the two must pass different sides: e.g. the lower rank `Initiator`.
     /// Control frames the peer sent before this call were kept (at most
@@ -793,7 +807,7 @@ impl Node {
     /// # Safety
     /// `ep` must be a live endpoint on this node's worker, and stay live until
     /// [`detach`](Self::detach) returns or the node is dropped.
-    pub unsafe fn attach(&mut self, ep: sys::ucp_ep_h, side: Side) -> Result<(), NodeError> {
+    pub unsafe fn attach(&mut self, ep: sys::ucp_ep_h, side: Role) -> Result<(), NodeError> {
         if self.host.is_none() {
             return Err(NodeError::Usage(
                 "attach is for a node on a host's worker (Node::adopt); use connect",
@@ -1536,9 +1550,11 @@ impl Node {
                     any,
                 }),
                 Some(Err(e)) if e.status == crate::ucp::Status::CANCELED => {
-                    // Cancelled because its peer closed (see `recv_from`), or by the library.
+                    // Cancelled because its peer closed (see `recv_from`), its library was
+                    // released, or by the library.
                     let e = match from.and_then(|p| Some((p, self.engine.conns.failed_peer(p)?))) {
                         Some((peer, cause)) => NodeError::PeerDown { peer, cause },
+                        None if self.engine.libs.get(lib).is_none() => NodeError::NoSuchLibrary,
                         None => e.into(),
                     };
                     self.finish(lib, Err(e), false)
@@ -1647,7 +1663,12 @@ impl Node {
             busy |= self.sync_ack_recvs();
         }
         busy |= self.release_confirmed();
-        for id in self.engine.ops.running() {
+        // D6: only the operations something happened to.
+        self.worker.take_completed(&mut self.completed);
+        for addr in self.completed.drain(..) {
+            self.engine.ops.completed(addr as u64);
+        }
+        for id in self.engine.due_ops(self.clock.now_ms()) {
             self.advance_op(id);
         }
         for c in self.engine.conns.iter_mut() {
@@ -1680,10 +1701,7 @@ impl Node {
     /// on its own event loop wakes by then and calls [`progress`](Self::progress).
     pub fn poll_timeout_ms(&self) -> Option<u64> {
         let now = self.clock.now_ms();
-        let at = self.engine.poll_timeout(now, |op| match op {
-            Op::WaitingRoute(w) => Some(w.deadline_ms()),
-            _ => None,
-        });
+        let at = self.engine.poll_timeout(now);
         let held = self
             .host
             .is_none()
@@ -2071,6 +2089,9 @@ impl Node {
 
     /// Closes retired endpoints whose requests have all finished.
     fn close_retired(&mut self) {
+        if self.closing.is_empty() {
+            return;
+        }
         let busy: std::collections::HashSet<EpKey> = self
             .engine
             .ops

@@ -31,7 +31,7 @@
 
 use crate::node::{
     failure_status, Clock, Counters, HostInfo, HostProgress, LibId, Node, NodeConfig, NodeError,
-    NodeStats, OpId, PeerEvent, Side, CAP,
+    NodeStats, OpId, PeerEvent, Role, CAP,
 };
 use crate::ucp::{EpKey, ErrorSink, TagInfo, ThreadMode};
 use std::cell::Cell;
@@ -395,7 +395,7 @@ impl SharedNode {
     /// # Safety
     /// As for [`Node::attach`]; and the host closes `ep` only after [`detach`](Self::detach)
     /// has returned (other threads may be using it until then).
-    pub unsafe fn attach(&self, ep: sys::ucp_ep_h, side: Side) -> Result<(), NodeError> {
+    pub unsafe fn attach(&self, ep: sys::ucp_ep_h, side: Role) -> Result<(), NodeError> {
         // SAFETY: the caller's promise.
         unsafe { self.write().node.attach(ep, side) }
     }

@@ -19,7 +19,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 use tagspace_core::foreign::{self, choose_layout};
 use tagspace_core::{RawMatcher, TagLayout};
-use tagspace_ucx::node::{HostProgress, LibId, Node, OpId, Side};
+use tagspace_ucx::node::{HostProgress, LibId, Node, OpId, Role};
 use tagspace_ucx::ucp::Config;
 use ucx1_sys as sys;
 
@@ -99,8 +99,8 @@ fn run(ucx: &Config, layout: TagLayout, probe: Probe) -> Outcome {
     let lb: Vec<LibId> = LIBS.iter().rev().map(|l| b.register(l).unwrap()).collect();
     let lb = [lb[1], lb[0]]; // registered in the other order: other ids
                              // SAFETY: live endpoints, kept until the nodes' drop.
-    unsafe { a.attach(a_ep, Side::Initiator) }.unwrap();
-    unsafe { b.attach(b_ep, Side::Acceptor) }.unwrap();
+    unsafe { a.attach(a_ep, Role::Initiator) }.unwrap();
+    unsafe { b.attach(b_ep, Role::Acceptor) }.unwrap();
     let (ta, tb) = (a.token(), b.token());
     let pump = |a: &mut Node, b: &mut Node| {
         for h in hosts {

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use tagspace_core::engine::PeerEvent;
 use tagspace_core::wellknown::CONTROL_ID;
 use tagspace_core::TagLayout;
-use tagspace_ucx::node::{HostProgress, LibId, Node, NodeConfig, NodeError, Side};
+use tagspace_ucx::node::{HostProgress, LibId, Node, NodeConfig, NodeError, Role};
 use tagspace_ucx::ucp::{Config, ThreadMode};
 use ucx1_sys as sys;
 
@@ -77,15 +77,15 @@ fn host_side_by_side(ucx: Config, b_progress: HostProgress) {
     let scratch_b = b.register("scratch-space").unwrap();
     // A attaches and talks first; B attaches later: its HELLO waits for B (kept, bounded).
     // SAFETY: live endpoints, kept until detach / the node's drop.
-    unsafe { a.attach(a_ep, Side::Initiator) }.unwrap();
+    unsafe { a.attach(a_ep, Role::Initiator) }.unwrap();
     for _ in 0..200 {
         progress_all(&hosts, &mut [&mut a, &mut b]);
     }
     assert!(matches!(
-        unsafe { a.attach(a_ep, Side::Initiator) },
+        unsafe { a.attach(a_ep, Role::Initiator) },
         Err(NodeError::Usage(_))
     ));
-    unsafe { b.attach(b_ep, Side::Acceptor) }.unwrap();
+    unsafe { b.attach(b_ep, Role::Acceptor) }.unwrap();
     let (ta, tb) = (a.token(), b.token());
     until(&hosts, &mut [&mut a, &mut b], "handshake", |n| {
         (0..3).all(|i| {
@@ -286,8 +286,8 @@ fn a_host_progress_thread_on_a_multi_worker() {
     assert!(matches!(a.wait(1), Err(NodeError::Usage(_))));
     let la = register_all(&mut a, &[0, 1, 2]);
     let lb = register_all(&mut b, &[1, 2, 0]);
-    unsafe { a.attach(a_ep, Side::Initiator) }.unwrap();
-    unsafe { b.attach(b_ep, Side::Acceptor) }.unwrap();
+    unsafe { a.attach(a_ep, Role::Initiator) }.unwrap();
+    unsafe { b.attach(b_ep, Role::Acceptor) }.unwrap();
     let (ta, tb) = (a.token(), b.token());
     let start = Instant::now();
     while !(0..3).all(|i| {
@@ -412,7 +412,7 @@ fn adopting_checks_what_it_is_given() {
         unsafe { Node::adopt_with_registry(ha.worker, host_cfg(), HostProgress::Node, registry()) }
             .unwrap();
     assert!(matches!(
-        unsafe { n.attach(ptr::null_mut(), Side::Initiator) },
+        unsafe { n.attach(ptr::null_mut(), Role::Initiator) },
         Err(NodeError::Usage(_))
     ));
     assert!(matches!(
@@ -469,7 +469,7 @@ fn frames_before_attach_are_bounded_and_garbage_is_refused() {
         "nothing is parsed before attach"
     );
     // SAFETY: a live endpoint of B's worker, kept until the node's drop.
-    unsafe { b.attach(b_ep, Side::Acceptor) }.unwrap();
+    unsafe { b.attach(b_ep, Role::Acceptor) }.unwrap();
     // The kept frames are replayed into the new connection: more than its wire-up bound
     // (EARLY_FRAMES_MAX) or, within it, garbage — either way the connection is closed.
     let start = Instant::now();

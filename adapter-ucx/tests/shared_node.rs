@@ -22,7 +22,7 @@ use std::sync::{Arc, Barrier};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tagspace_core::wellknown::CONTROL_ID;
-use tagspace_ucx::node::{HostProgress, NodeError, Side};
+use tagspace_ucx::node::{HostProgress, NodeError, Role};
 use tagspace_ucx::shared::{Library, SharedNode};
 use tagspace_ucx::ucp::Config;
 use ucx1_sys as sys;
@@ -232,8 +232,8 @@ fn shared_libraries_on_threads(ucx: Config) {
     let service = service_threads(&[&a, &b], &stop, Duration::from_micros(50));
     let (wa, wb) = (ha.worker as usize, hb.worker as usize);
     // SAFETY: live endpoints of these workers, detached before being closed.
-    unsafe { a.attach(a_ep, Side::Initiator) }.unwrap();
-    unsafe { b.attach(b_ep, Side::Acceptor) }.unwrap();
+    unsafe { a.attach(a_ep, Role::Initiator) }.unwrap();
+    unsafe { b.attach(b_ep, Role::Acceptor) }.unwrap();
 
     // The host's own traffic, forced into the control id and the ids the libraries get.
     let forced: Vec<u16> = vec![CONTROL_ID, 1, 2, 3, 4, 5, 6, 7, 8, 100, 200];

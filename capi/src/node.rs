@@ -23,7 +23,7 @@ use std::ffi::{c_char, c_void};
 use std::sync::Arc;
 use tagspace_core::engine::Liveness;
 use tagspace_core::Registry;
-use tagspace_ucx::node::{HostProgress, LibId, NodeConfig, NodeError, PeerEvent, Side};
+use tagspace_ucx::node::{HostProgress, LibId, NodeConfig, NodeError, PeerEvent, Role};
 use tagspace_ucx::shared::{RouteHit, SharedNode};
 use tagspace_ucx::ucp::ThreadMode;
 
@@ -433,8 +433,8 @@ pub unsafe extern "C" fn tagspace_node_attach(
 ) -> tagspace_status_t {
     guard(|| {
         let side = match side {
-            TAGSPACE_SIDE_INITIATOR => Side::Initiator,
-            TAGSPACE_SIDE_ACCEPTOR => Side::Acceptor,
+            TAGSPACE_SIDE_INITIATOR => Role::Initiator,
+            TAGSPACE_SIDE_ACCEPTOR => Role::Acceptor,
             other => {
                 return Err(Fail::new(
                     TAGSPACE_ERR_MISUSE,

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use tagspace_core::engine::Liveness;
 use tagspace_core::foreign;
 use tagspace_core::{RawMatcher, TagLayout};
-use tagspace_ucx::node::{HostProgress, NodeConfig, NodeError, OpId, PeerEvent, Side};
+use tagspace_ucx::node::{HostProgress, NodeConfig, NodeError, OpId, PeerEvent, Role};
 use tagspace_ucx::shared::{Library as RsLibrary, SharedNode};
 use tagspace_ucx::ucp::ThreadMode;
 use ucx1_sys as sys;
@@ -87,10 +87,10 @@ fn handle<T>(h: usize, what: &str) -> PyResult<*mut T> {
     Ok(h as *mut T)
 }
 
-fn side(s: &str) -> PyResult<Side> {
+fn side(s: &str) -> PyResult<Role> {
     match s {
-        "initiator" => Ok(Side::Initiator),
-        "acceptor" => Ok(Side::Acceptor),
+        "initiator" => Ok(Role::Initiator),
+        "acceptor" => Ok(Role::Acceptor),
         _ => Err(PyValueError::new_err(format!(
             "side must be \"initiator\" (this process created the endpoint to the peer's \
              listener) or \"acceptor\" (it came from the peer's connection request), not {s:?}"

@@ -119,6 +119,10 @@ pub trait Cluster {
     fn hold_backlog(&mut self, p: Proc, lib: Lib, messages: u32) -> Result<(), String>;
     /// The namespace field's layout (to build legacy tags).
     fn layout(&self) -> tagspace_core::TagLayout;
+    /// Keeps messages in flight from now on until `hold(false)` (the mock's fabric holds them
+    /// on the wire; a real transport's messages are in flight until the nodes progress, so on
+    /// UCX this does nothing).
+    fn hold(&mut self, on: bool);
 }
 
 /// Drives operations until they finish (settling between checks) or `rounds` run out.
@@ -154,6 +158,8 @@ macro_rules! conformance_suite {
             a_peer_that_stops_progressing_is_cut_off,
             stray_messages_counted_and_drained,
             peer_failure_mid_stream,
+            receives_tied_to_a_dying_peer_end_with_peer_down,
+            a_released_librarys_receives_end_with_no_such_library,
             ordering_per_sender,
             active_messages_are_namespaced,
             registry_capacity_namespaces,

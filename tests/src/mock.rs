@@ -165,6 +165,10 @@ impl Cluster for MockCluster {
         self.frozen.push(p);
     }
 
+    fn hold(&mut self, on: bool) {
+        self.fabric.set_hold(on);
+    }
+
     fn legacy_send(&mut self, from: Proc, to: Proc, tag: u64, data: &[u8]) {
         let ep = self.nodes[from]
             .endpoint_to(Self::token(to))

@@ -652,6 +652,95 @@ pub fn peer_failure_mid_stream<C: Cluster + ?Sized>(c: &mut C) {
     assert_eq!(c.unexpected(other), 0, "nothing duplicated");
 }
 
+/// D3 for receives: a peer dies with one receive tied to it (`recv_from`) matched to its
+/// message — a rendezvous whose data it never sent (UCX), a message still in flight (mock) —
+/// and one still waiting: both end with `PeerDown` naming the peer and the failure, the same
+/// error on every adapter; a receive from any peer and one tied to another peer wait on.
+pub fn receives_tied_to_a_dying_peer_end_with_peer_down<C: Cluster + ?Sized>(c: &mut C) {
+    let p = mesh(c, 3);
+    let (a, dying, other) = (p[0], p[1], p[2]);
+    let la = c.register(a, "dask").unwrap();
+    let ld = c.register(dying, "dask").unwrap();
+    let lo = c.register(other, "dask").unwrap();
+    c.settle();
+    c.hold(true);
+    let big = vec![9u8; 64 * 1024]; // rendezvous: its data moves only when the sender progresses
+    let started = c.send(dying, ld, a, 1, &big, T);
+    c.freeze(dying);
+    let matched = c.recv_from(a, la, dying, 1);
+    let waiting = c.recv_from(a, la, dying, 2);
+    let any = c.recv(a, la, 3);
+    let tied_to_other = c.recv_from(a, la, other, 4);
+    c.settle();
+    assert_eq!(
+        c.take(a, matched),
+        None,
+        "no data without the sender's progress"
+    );
+    assert_eq!(c.take(a, waiting), None);
+    let _ = started;
+    c.kill(dying);
+    c.hold(false);
+    c.settle();
+    let token = crate::identity(dying).token();
+    let down = format!("connection to peer {token:#x} failed: ");
+    for (what, op) in [("matched", matched), ("waiting", waiting)] {
+        match wait(c, a, op, ROUNDS) {
+            Some(Err(e)) => assert!(e.starts_with(&down), "{what} receive: {e}"),
+            r => panic!("{what} receive tied to the dead peer: {r:?}, not PeerDown"),
+        }
+    }
+    assert_eq!(c.take(a, any), None, "a receive from any peer waits on");
+    assert_eq!(
+        c.take(a, tied_to_other),
+        None,
+        "another peer's receive waits on"
+    );
+    let s3 = c.send(other, lo, a, 3, b"any", T);
+    let s4 = c.send(other, lo, a, 4, b"other", T);
+    ok(c, other, s3);
+    ok(c, other, s4);
+    assert_eq!(ok(c, a, any).unwrap(), b"any");
+    assert_eq!(ok(c, a, tied_to_other).unwrap(), b"other");
+    let after = c.recv_from(a, la, dying, 5);
+    match wait(c, a, after, ROUNDS) {
+        Some(Err(e)) => assert!(e.starts_with(&down), "posted after the failure: {e}"),
+        r => panic!("a receive posted for a dead peer: {r:?}"),
+    }
+}
+
+/// A released library's receives end with `NoSuchLibrary` on every adapter (left posted, one
+/// would take a message meant for the next name to get the id); a receive of another library
+/// waits on.
+pub fn a_released_librarys_receives_end_with_no_such_library<C: Cluster + ?Sized>(c: &mut C) {
+    let p = mesh(c, 2);
+    let (a, b) = (p[0], p[1]);
+    let gone = c.register(a, "ucx-py").unwrap();
+    let stays = c.register(a, "dask").unwrap();
+    let lb = c.register(b, "dask").unwrap();
+    c.settle();
+    let from_b = c.recv_from(a, gone, b, 1);
+    let any = c.recv(a, gone, 2);
+    let kept = c.recv(a, stays, 1);
+    c.settle();
+    c.release(a, gone);
+    c.settle();
+    for op in [from_b, any] {
+        match wait(c, a, op, ROUNDS) {
+            Some(Err(e)) => assert_eq!(e, "no such library handle"),
+            r => panic!("a released library's receive: {r:?}"),
+        }
+    }
+    assert_eq!(
+        c.take(a, kept),
+        None,
+        "the other library's receive waits on"
+    );
+    let s = c.send(b, lb, a, 1, b"kept", T);
+    ok(c, b, s);
+    assert_eq!(ok(c, a, kept).unwrap(), b"kept");
+}
+
 /// Messages with the same tag from one sender are received in send order.
 pub fn ordering_per_sender<C: Cluster + ?Sized>(c: &mut C) {
     let p = mesh(c, 2);

@@ -11,7 +11,7 @@
 use crate::{Cluster, Counters, Lib, Op, OpResult, Proc};
 use std::time::{Duration, Instant};
 use tagspace_core::{Registry, TagLayout};
-use tagspace_ucx::node::{Clock, HostProgress, LibId, Node, NodeConfig, OpId, Side};
+use tagspace_ucx::node::{Clock, HostProgress, LibId, Node, NodeConfig, OpId, Role};
 use tagspace_ucx::ucp::{Config, Endpoint, Request, Started, Worker};
 
 /// Largest message a conformance receive accepts.
@@ -106,9 +106,9 @@ impl UcxCluster {
         }
         for (me, ep) in made {
             let side = if me == from.min(to) {
-                Side::Initiator
+                Role::Initiator
             } else {
-                Side::Acceptor
+                Role::Acceptor
             };
             let raw = ep.as_raw();
             self.hosts.get_mut(&me).expect("hosted").eps.push(ep);
@@ -300,6 +300,8 @@ impl Cluster for UcxCluster {
     fn freeze(&mut self, p: Proc) {
         self.frozen.push(p);
     }
+
+    fn hold(&mut self, _on: bool) {}
 
     fn kill(&mut self, p: Proc) {
         // No CLOSE, no flush: endpoints are force-closed and the worker destroyed.

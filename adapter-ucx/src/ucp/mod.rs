@@ -248,6 +248,9 @@ pub struct AmMessage {
 struct Events {
     ep_errors: VecDeque<(EpKey, Status)>,
     am: VecDeque<AmMessage>,
+    /// Requests UCX completed (their addresses, see [`Request::addr`]), once
+    /// [`Worker::wake_on_completion`] asked for them.
+    done: Vec<usize>,
 }
 
 /// The worker's event queues. A mutex, not a `RefCell`: on an adopted worker
@@ -315,6 +318,8 @@ struct WorkerInner {
     /// Boxed so that its address, handed to UCX as callback argument, never moves.
     events: Box<EventQueue>,
     orphans: RefCell<Vec<Orphan>>,
+    /// Whether requests handed out as [`Request`]s report their completion into `events.done`.
+    wakes: std::cell::Cell<bool>,
     /// Handler arguments by AM id (boxed: UCX keeps their addresses).
     am_args: RefCell<std::collections::HashMap<u16, Box<AmArg>>>,
     /// The argument of the handler on every id without one of its own, once
@@ -424,6 +429,7 @@ impl Worker {
                 owned: ctx.is_some(),
                 events: Box::new(Mutex::new(Events::default())),
                 orphans: RefCell::new(Vec::new()),
+                wakes: std::cell::Cell::new(false),
                 am_args: RefCell::new(std::collections::HashMap::new()),
                 unowned_arg: RefCell::new(None),
                 _ctx: ctx,
@@ -663,6 +669,28 @@ impl Worker {
         lock(&self.inner.events).am.pop_front()
     }
 
+    /// From now on, every request this worker hands out as a [`Request`] (owned-buffer sends
+    /// and receives, Active Messages, held messages' receives) reports its completion — with
+    /// data, an error or a cancel — into a queue [`take_completed`](Self::take_completed)
+    /// empties, so that a caller with many requests pending tests only the ones that finished.
+    /// Off by default: the queue grows until it is emptied. Callbacks run on whichever thread
+    /// progresses the worker (the queue is locked for one push).
+    pub fn wake_on_completion(&self, on: bool) {
+        self.inner.wakes.set(on);
+    }
+
+    /// Moves the addresses of the requests completed since the last call into `into` (see
+    /// [`Request::addr`]). An address may name a request already dropped, or a later one at
+    /// the same address: a caller tests the request it holds, which only costs a look.
+    pub fn take_completed(&self, into: &mut Vec<usize>) {
+        let mut ev = lock(&self.inner.events);
+        if into.is_empty() {
+            std::mem::swap(into, &mut ev.done);
+        } else {
+            into.append(&mut ev.done);
+        }
+    }
+
     /// The next endpoint error reported by UCX's peer error handling.
     pub fn take_ep_error(&self) -> Option<(EpKey, UcxError)> {
         lock(&self.inner.events)
@@ -685,7 +713,8 @@ impl Worker {
         buf.clear();
         // SAFETY: the buffer's capacity is writable and is kept alive by the Request (or an
         // orphan) until UCX completes the receive.
-        let raw = unsafe { self.post_recv(buf.as_mut_ptr(), buf.capacity(), tag, mask)? };
+        let raw =
+            unsafe { self.post_recv(buf.as_mut_ptr(), buf.capacity(), tag, mask, Wake::Recv)? };
         Ok(Request::new(self, raw, Kind::Recv, Some(buf)))
     }
 
@@ -700,8 +729,12 @@ impl Worker {
         len: usize,
         tag: u64,
         mask: u64,
+        wake: Wake,
     ) -> Result<*mut c_void, UcxError> {
-        let param = request_param(sys::ucp_op_attr_t::UCP_OP_ATTR_FLAG_NO_IMM_CMPL as u32);
+        let param = self.param(
+            sys::ucp_op_attr_t::UCP_OP_ATTR_FLAG_NO_IMM_CMPL as u32,
+            wake,
+        );
         // SAFETY: the caller's promise about the buffer; the worker is live.
         let p = unsafe {
             sys::ucp_tag_recv_nbx(self.raw(), ptr as *mut c_void, len as _, tag, mask, &param)
@@ -725,12 +758,17 @@ impl Worker {
         msg: sys::ucp_tag_message_h,
         no_imm: bool,
     ) -> Result<Option<*mut c_void>, UcxError> {
-        let flags = if no_imm {
-            sys::ucp_op_attr_t::UCP_OP_ATTR_FLAG_NO_IMM_CMPL as u32
+        // With NO_IMM_CMPL the request becomes a `Request` (woken on completion); without, the
+        // caller waits for it.
+        let (flags, wake) = if no_imm {
+            (
+                sys::ucp_op_attr_t::UCP_OP_ATTR_FLAG_NO_IMM_CMPL as u32,
+                Wake::Recv,
+            )
         } else {
-            0
+            (0, Wake::No)
         };
-        let param = request_param(flags);
+        let param = self.param(flags, wake);
         // SAFETY: the caller's promises about `msg` and the buffer; the worker is live.
         let p = unsafe {
             sys::ucp_tag_msg_recv_nbx(self.raw(), ptr as *mut c_void, len as _, msg, &param)
@@ -786,7 +824,7 @@ impl Worker {
         // delivers meanwhile still reports its length.
         // SAFETY: `buf` is writable for its length and stays borrowed until UCX has completed
         // (or cancelled) the receive below.
-        let req = unsafe { self.post_recv(buf.as_mut_ptr(), buf.len(), tag, mask)? };
+        let req = unsafe { self.post_recv(buf.as_mut_ptr(), buf.len(), tag, mask, Wake::No)? };
         let deadline = timeout.map(|t| std::time::Instant::now() + t);
         let mut cancelled = false;
         let mut spins = 0u32;
@@ -1042,6 +1080,57 @@ fn request_param(op_attr_mask: u32) -> sys::ucp_request_param_t {
     p
 }
 
+/// Which completion callback a request that becomes a [`Request`] gets (see
+/// [`Worker::wake_on_completion`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wake {
+    /// None: the caller waits for it itself (the borrowed-buffer paths).
+    No,
+    Send,
+    Recv,
+}
+
+impl Worker {
+    /// `request_param(op_attr_mask)`, with the completion callback `wake` names if this worker
+    /// reports completions.
+    fn param(&self, op_attr_mask: u32, wake: Wake) -> sys::ucp_request_param_t {
+        let mut p = request_param(op_attr_mask);
+        if wake == Wake::No || !self.inner.wakes.get() {
+            return p;
+        }
+        p.op_attr_mask |= sys::ucp_op_attr_t::UCP_OP_ATTR_FIELD_CALLBACK as u32
+            | sys::ucp_op_attr_t::UCP_OP_ATTR_FIELD_USER_DATA as u32;
+        if wake == Wake::Send {
+            p.cb.send = Some(send_done);
+        } else {
+            p.cb.recv = Some(recv_done);
+        }
+        // The events box outlives every request: the worker frees its requests first.
+        p.user_data = &*self.inner.events as *const EventQueue as *mut c_void;
+        p
+    }
+}
+
+/// A request completed: its address goes to the worker's queue (the node moves along the
+/// operation that holds it, and only that one).
+unsafe extern "C" fn send_done(request: *mut c_void, _status: sys::ucs_status_t, arg: *mut c_void) {
+    guard("request completion", || {
+        // SAFETY: arg is the worker's events box, alive while the worker is.
+        let ev = unsafe { &*(arg as *const EventQueue) };
+        lock(ev).done.push(request as usize);
+    });
+}
+
+unsafe extern "C" fn recv_done(
+    request: *mut c_void,
+    status: sys::ucs_status_t,
+    _info: *const sys::ucp_tag_recv_info_t,
+    arg: *mut c_void,
+) {
+    // SAFETY: as `send_done`'s (the same arguments, and the tag info unused).
+    unsafe { send_done(request, status, arg) }
+}
+
 /// Splits a `ucs_status_ptr_t`: `Ok(None)` = done, `Ok(Some(req))` = in flight.
 fn started(p: sys::ucs_status_ptr_t, op: &'static str) -> Result<Option<*mut c_void>, UcxError> {
     let v = p as usize;
@@ -1108,6 +1197,12 @@ impl Request {
     /// requests, and for a receive cancelled unmatched.
     pub fn sender_tag(&self) -> Option<u64> {
         self.sender_tag
+    }
+
+    /// The request's address while it is in flight (what [`Worker::take_completed`] reports
+    /// when it completes); 0 once it is spent.
+    pub fn addr(&self) -> usize {
+        self.raw as usize
     }
 
     /// `None` while in flight; then the result (the request is spent after that).
@@ -1351,7 +1446,7 @@ impl Endpoint {
     /// Sends `data` with `tag`; the buffer comes back in the completion.
     pub fn tag_send(&self, tag: u64, data: Vec<u8>) -> Result<Started<Vec<u8>>, UcxError> {
         // SAFETY: the buffer lives in the Request (or an orphan) until UCX completes.
-        Ok(match unsafe { self.post_send(tag, &data)? } {
+        Ok(match unsafe { self.post_send(tag, &data, Wake::Send)? } {
             None => Started::Done(data),
             Some(raw) => Started::Pending(Request::new(&self.worker, raw, Kind::Send, Some(data))),
         })
@@ -1363,7 +1458,7 @@ impl Endpoint {
     /// no allocation. A peer failure or a closed endpoint is an `Err` with UCX's status.
     pub fn tag_send_from(&self, tag: u64, data: &[u8]) -> Result<(), UcxError> {
         // SAFETY: `data` stays borrowed until the request (if any) completes below.
-        match unsafe { self.post_send(tag, data)? } {
+        match unsafe { self.post_send(tag, data, Wake::No)? } {
             None => Ok(()),
             Some(req) => self.worker.wait_request(req, "send"),
         }
@@ -1373,8 +1468,13 @@ impl Endpoint {
     ///
     /// # Safety
     /// `data` stays valid (and unchanged) until the request completes.
-    unsafe fn post_send(&self, tag: u64, data: &[u8]) -> Result<Option<*mut c_void>, UcxError> {
-        let param = request_param(0);
+    unsafe fn post_send(
+        &self,
+        tag: u64,
+        data: &[u8],
+        wake: Wake,
+    ) -> Result<Option<*mut c_void>, UcxError> {
+        let param = self.worker.param(0, wake);
         // SAFETY: the caller's promise about `data`; the endpoint is live.
         let p = unsafe {
             sys::ucp_tag_send_nbx(
@@ -1391,7 +1491,10 @@ impl Endpoint {
     /// Sends an Active Message `id` (eagerly, so that the receiver gets it whole in its
     /// callback, and with a reply endpoint, so that it knows which endpoint it came from).
     pub fn am_send(&self, id: u16, data: Vec<u8>) -> Result<Started<Vec<u8>>, UcxError> {
-        let mut param = request_param(sys::ucp_op_attr_t::UCP_OP_ATTR_FIELD_FLAGS as u32);
+        let mut param = (self.worker).param(
+            sys::ucp_op_attr_t::UCP_OP_ATTR_FIELD_FLAGS as u32,
+            Wake::Send,
+        );
         param.flags = (sys::ucp_send_am_flags::UCP_AM_SEND_FLAG_EAGER
             | sys::ucp_send_am_flags::UCP_AM_SEND_FLAG_REPLY)
             .0;

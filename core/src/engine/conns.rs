@@ -306,6 +306,8 @@ pub struct Connections<K, X, E, const CAP: usize> {
     ns_mask: u64,
     /// The pair values this node gives its peers (see [`Connections::rx_pair`]).
     pairs: Pairs,
+    /// Bumped whenever a send's route could have changed ([`epoch`](Self::epoch)).
+    epoch: u64,
 }
 
 /// The pair values a node gives its peers: peer token → value, and value → peer token.
@@ -413,7 +415,16 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
                 gaps: None,
                 forgotten: 0,
             },
+            epoch: 0,
         }
+    }
+
+    /// Changes whenever where a send goes could have changed — a connection established,
+    /// superseded, ended or forgotten, a peer's directory changed, a library added or
+    /// released — and only then (D6: sends waiting for a route are tried again on a change,
+    /// not on every `progress`).
+    pub fn epoch(&self) -> u64 {
+        self.epoch
     }
 
     /// The pair value `peer`'s tags to this node carry (invariant: unique per peer, unguessable,
@@ -574,6 +585,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     /// Rebuilds the peer index (after a connection was established, superseded, ended or
     /// forgotten). Cheap enough for every such change; a stale entry only costs a scan.
     pub fn reindex(&mut self) {
+        self.epoch += 1;
         self.serving.clear();
         for (i, c) in self.conns.iter().enumerate() {
             if let (LinkState::Open, true, Some(p)) =
@@ -608,6 +620,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     where
         E: Clone,
     {
+        self.epoch += 1;
         let c = &mut self.conns[i];
         c.routes.clear();
         c.routes.resize(libs.slots(), None);
@@ -625,6 +638,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         let Some(l) = libs.get(lib) else {
             return;
         };
+        self.epoch += 1;
         for c in &mut self.conns {
             if c.routes.len() < libs.slots() {
                 c.routes.resize(libs.slots(), None);
@@ -696,6 +710,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
 
     /// A library was released: no connection's cache routes it any more.
     pub fn library_released(&mut self, lib: LibId) {
+        self.epoch += 1;
         for c in &mut self.conns {
             if let Some(r) = c.routes.get_mut(lib.0) {
                 *r = None;

@@ -131,14 +131,13 @@ impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, 
     /// When the node next has something time-driven to do, in adapter time (the sans-IO
     /// `poll_timeout`): a connection's handshake, acknowledgement or heartbeat deadline, a
     /// superseded connection's linger end, an ended connection's pins coming due, a waiting
-    /// send's deadline (`op_deadline` reads it from the adapter's operation), the next stray
-    /// sweep (not on a host's worker, which is never swept). `None`: nothing is timed. An
-    /// adapter that sleeps between events wakes by then and calls its `progress`.
-    pub fn poll_timeout(
-        &self,
-        now_ms: u64,
-        op_deadline: impl Fn(&T) -> Option<u64>,
-    ) -> Option<u64> {
+    /// send's deadline, the next stray sweep (not on a host's worker, which is never swept).
+    /// `None`: nothing is timed. An adapter that sleeps between events wakes by then and calls
+    /// its `progress`.
+    pub fn poll_timeout(&self, now_ms: u64) -> Option<u64>
+    where
+        T: Pending,
+    {
         let sweep = (self.owner == QueueOwner::Node).then_some(&self.sweep);
         let live_ms = self.live.now();
         let conns = self.conns.iter().filter_map(|c| match c.state() {
@@ -148,12 +147,21 @@ impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, 
             LinkState::Superseded { until_ms } => Some(until_ms),
             LinkState::Down(_) => None,
         });
-        let ops = self.ops.values().filter_map(op_deadline);
         conns
-            .chain(ops)
+            .chain(self.ops.next_due(self.conns.epoch()))
             .chain(self.unpins.next_due())
             .chain(sweep.and_then(Sweep::next_ms))
             .min()
+    }
+
+    /// The running operations to move along at `now_ms` (D6, [`Ops::due`]): those their
+    /// transport woke, the sends waiting for a route if the routes changed, and those whose
+    /// deadline passed — never every pending one.
+    pub fn due_ops(&mut self, now_ms: u64) -> alloc::vec::Vec<OpId>
+    where
+        T: Pending,
+    {
+        self.ops.due(now_ms, self.conns.epoch())
     }
 
     /// The matcher a receive for `payload` in `lib`'s namespace posts: from `peer` (exact, the
@@ -200,7 +208,7 @@ pub use libraries::{AmDelivery, Libraries, Library};
 #[cfg(feature = "alloc")]
 mod ops;
 #[cfg(feature = "alloc")]
-pub use ops::{Ending, Loss, Next, Ops, Outcome, Waits};
+pub use ops::{Ending, Loss, Next, Ops, Outcome, Pending, Waits};
 #[cfg(feature = "alloc")]
 mod sends;
 #[cfg(feature = "alloc")]
@@ -951,6 +959,17 @@ mod tests {
         assert_eq!(out[1], 1);
     }
 
+    /// A send waiting for a route until this deadline.
+    #[cfg(feature = "alloc")]
+    impl Pending for u64 {
+        fn route_deadline(&self) -> Option<u64> {
+            Some(*self)
+        }
+        fn request(&self) -> Option<u64> {
+            None
+        }
+    }
+
     #[cfg(feature = "alloc")]
     #[test]
     fn poll_timeout_names_the_earliest_timed_event() {
@@ -962,31 +981,23 @@ mod tests {
             Engine::new([1, 2], 100, None, PeerLimits::default());
         // A host's worker is never swept: nothing else is timed yet.
         e.owner = QueueOwner::HOST;
-        assert_eq!(e.poll_timeout(100, |_| None), None, "nothing timed");
+        assert_eq!(e.poll_timeout(100), None, "nothing timed");
         e.conns
             .add(7, Role::Initiator, &me, reg.layout(), 100, 0, ());
         let handshake = 100 + HANDSHAKE_TIMEOUT_MS;
-        assert_eq!(e.poll_timeout(150, |_| None), Some(handshake));
+        assert_eq!(e.poll_timeout(150), Some(handshake));
         let op = e.ops.start(Next::Wait(500));
-        assert_eq!(
-            e.poll_timeout(150, |&d| Some(d)),
-            Some(500),
-            "a waiting send's deadline"
-        );
+        assert_eq!(e.poll_timeout(150), Some(500), "a waiting send's deadline");
         assert!(e.ops.take(op).is_none());
         assert!(!e.sweep_due(150), "never on a host's worker");
         e.owner = QueueOwner::Node;
-        assert_eq!(
-            e.poll_timeout(150, |_| None),
-            Some(0),
-            "a first sweep is due"
-        );
+        assert_eq!(e.poll_timeout(150), Some(0), "a first sweep is due");
         let mut q = NoQueue;
         while e.sweep_due(150) {
-            assert_eq!(e.poll_timeout(150, |_| None), Some(0), "under way");
+            assert_eq!(e.poll_timeout(150), Some(0), "under way");
             e.sweep_pass(reg, &mut q, || false);
         }
-        assert_eq!(e.poll_timeout(150, |_| None), Some(150 + DRAIN_INTERVAL_MS));
+        assert_eq!(e.poll_timeout(150), Some(150 + DRAIN_INTERVAL_MS));
     }
 
     #[cfg(feature = "alloc")]

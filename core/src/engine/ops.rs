@@ -1,9 +1,14 @@
 //! The node's operations table (feature `alloc`): ids handed out once, each operation kept
 //! until its result is taken, and finished operations counted for their library. What a
 //! running operation is — a waiting send, a transport request — is the adapter's type `T`.
+//!
+//! D6: the table knows what each running operation waits for ([`Pending`]), so that a
+//! node's `progress` moves along only the operations something happened to — the ones
+//! their transport [`wake`](Ops::wake)s, the sends waiting for a route when the routes
+//! changed, and those whose deadline passed ([`due`](Ops::due)) — never every pending one.
 
 use super::{LibId, Libraries, NodeError, OpId};
-use alloc::collections::BTreeMap;
+use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::vec::Vec;
 
 /// What a finished operation gives its caller: the data of a receive (`Some`), nothing for a
@@ -36,10 +41,34 @@ impl<T, E> Next<T, E> {
     }
 }
 
+/// What a running operation waits for (the adapter's operation type answers), so that the
+/// table moves it along only when that happens (D6).
+pub trait Pending {
+    /// The deadline (adapter time) of a send waiting for a route (P2): it is tried again when
+    /// the routes change and at this deadline. `None`: it waits for its transport request,
+    /// whose completion the adapter reports with [`Ops::wake`].
+    fn route_deadline(&self) -> Option<u64>;
+
+    /// The transport request it waits on, by the key the transport's completions name it by
+    /// (UCX: the request's address; the mock: its send or receive id); `None`: none (a send
+    /// waiting for a route).
+    fn request(&self) -> Option<u64>;
+}
+
 /// Operations started on one node, by id.
 pub struct Ops<T, E> {
     ops: BTreeMap<OpId, Next<T, E>>,
     next: u64,
+    /// Operations their transport reported since the last [`due`](Self::due) (a duplicate or a
+    /// finished one costs one look, nothing else).
+    woken: Vec<OpId>,
+    /// Sends waiting for a route, by deadline.
+    routes: BTreeSet<(u64, OpId)>,
+    /// The operation each transport request in flight belongs to ([`Pending::request`]).
+    requests: BTreeMap<u64, OpId>,
+    /// The routes' epoch (see [`Connections::epoch`](super::Connections::epoch)) when the
+    /// waiting sends were last tried.
+    tried_at: u64,
 }
 
 impl<T, E> Default for Ops<T, E> {
@@ -47,7 +76,111 @@ impl<T, E> Default for Ops<T, E> {
         Ops {
             ops: BTreeMap::new(),
             next: 0,
+            woken: Vec::new(),
+            routes: BTreeSet::new(),
+            requests: BTreeMap::new(),
+            tried_at: 0,
         }
+    }
+}
+
+impl<T: Pending, E> Ops<T, E> {
+    /// Adds an operation under a new id (ids are never reused).
+    pub fn start(&mut self, op: Next<T, E>) -> OpId {
+        self.next += 1;
+        let id = OpId(self.next);
+        self.put(id, op);
+        id
+    }
+
+    /// Forgets `id`, running or finished; a running one is handed back (the adapter cancels
+    /// or parks its request).
+    pub fn forget(&mut self, id: OpId) -> Option<T> {
+        match self.ops.remove(&id)? {
+            Next::Wait(t) => {
+                if let Some(d) = t.route_deadline() {
+                    self.routes.remove(&(d, id));
+                }
+                if let Some(r) = t.request() {
+                    self.requests.remove(&r);
+                }
+                Some(t)
+            }
+            Next::Done(_) => None,
+        }
+    }
+
+    /// Takes running operation `id` out, to move it along ([`put`](Self::put) puts what it
+    /// became back); a finished one stays.
+    pub fn remove(&mut self, id: OpId) -> Option<T> {
+        if !matches!(self.ops.get(&id), Some(Next::Wait(_))) {
+            return None;
+        }
+        self.forget(id)
+    }
+
+    /// Puts operation `id` (back) in the table (one still running under `id` is replaced).
+    pub fn put(&mut self, id: OpId, op: Next<T, E>) {
+        self.forget(id);
+        if let Next::Wait(t) = &op {
+            if let Some(d) = t.route_deadline() {
+                self.routes.insert((d, id));
+            }
+            if let Some(r) = t.request() {
+                self.requests.insert(r, id);
+            }
+        }
+        self.ops.insert(id, op);
+    }
+
+    /// The transport has news of running operation `id` (its request completed, failed or
+    /// was cancelled): [`due`](Self::due) hands it out.
+    pub fn wake(&mut self, id: OpId) {
+        self.woken.push(id);
+    }
+
+    /// The transport completed request `key` ([`Pending::request`]): its operation, if one
+    /// still waits on it, is woken. A key nobody holds (a request dropped meanwhile) is
+    /// ignored; one reused by a later request wakes that one for nothing — it is only looked
+    /// at.
+    pub fn completed(&mut self, key: u64) {
+        if let Some(&id) = self.requests.get(&key) {
+            self.woken.push(id);
+        }
+    }
+
+    /// The running operations to move along at adapter time `now_ms`, oldest first: those
+    /// woken since the last call, every send waiting for a route if the routes changed
+    /// (`epoch` differs from the last call's), and the waiting sends whose deadline passed.
+    /// O(what is due), not O(running operations) (D6).
+    pub fn due(&mut self, now_ms: u64, epoch: u64) -> Vec<OpId> {
+        let mut due = core::mem::take(&mut self.woken);
+        if epoch != self.tried_at {
+            self.tried_at = epoch;
+            due.extend(self.routes.iter().map(|&(_, id)| id));
+        } else {
+            due.extend(
+                self.routes
+                    .iter()
+                    .take_while(|&&(d, _)| d <= now_ms)
+                    .map(|&(_, id)| id),
+            );
+        }
+        due.sort_unstable();
+        due.dedup();
+        due.retain(|id| matches!(self.ops.get(id), Some(Next::Wait(_))));
+        due
+    }
+
+    /// When [`due`](Self::due) next has something (for `poll_timeout`): 0 if an operation was
+    /// woken or the routes changed (`epoch`) with sends waiting, else the earliest deadline of
+    /// a send waiting for a route.
+    pub fn next_due(&self, epoch: u64) -> Option<u64> {
+        let stale = epoch != self.tried_at && !self.routes.is_empty();
+        if !self.woken.is_empty() || stale {
+            return Some(0);
+        }
+        self.routes.first().map(|&(d, _)| d)
     }
 }
 
@@ -55,14 +188,6 @@ impl<T, E> Ops<T, E> {
     /// An empty table.
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// Adds an operation under a new id (ids are never reused).
-    pub fn start(&mut self, op: Next<T, E>) -> OpId {
-        self.next += 1;
-        let id = OpId(self.next);
-        self.ops.insert(id, op);
-        id
     }
 
     /// Whether `id` has finished (without taking it).
@@ -81,16 +206,8 @@ impl<T, E> Ops<T, E> {
         }
     }
 
-    /// Forgets `id`, running or finished; a running one is handed back (the adapter cancels
-    /// or parks its request).
-    pub fn forget(&mut self, id: OpId) -> Option<T> {
-        match self.ops.remove(&id)? {
-            Next::Wait(t) => Some(t),
-            Next::Done(_) => None,
-        }
-    }
-
-    /// Ids of the running operations `f` picks, oldest first.
+    /// Ids of the running operations `f` picks, oldest first (a loss, a release: O(running
+    /// operations), once per such event).
     pub fn matching(&self, f: impl Fn(&T) -> bool) -> Vec<OpId> {
         self.ops
             .iter()
@@ -99,31 +216,12 @@ impl<T, E> Ops<T, E> {
             .collect()
     }
 
-    /// Ids of the running operations, oldest first (to move each along).
-    pub fn running(&self) -> Vec<OpId> {
-        self.matching(|_| true)
-    }
-
     /// Running operation `id`.
     pub fn get(&self, id: OpId) -> Option<&T> {
         match self.ops.get(&id)? {
             Next::Wait(t) => Some(t),
             Next::Done(_) => None,
         }
-    }
-
-    /// Takes running operation `id` out, to move it along ([`put`](Self::put) puts what it
-    /// became back); a finished one stays.
-    pub fn remove(&mut self, id: OpId) -> Option<T> {
-        if !matches!(self.ops.get(&id), Some(Next::Wait(_))) {
-            return None;
-        }
-        self.forget(id)
-    }
-
-    /// Puts operation `id` (back) in the table.
-    pub fn put(&mut self, id: OpId, op: Next<T, E>) {
-        self.ops.insert(id, op);
     }
 
     /// Every running operation.
@@ -222,13 +320,23 @@ mod tests {
     use super::*;
     use crate::{Registry, TagLayout};
 
+    /// A send waiting for a route until this deadline (odd values), or a transport request.
+    impl Pending for u8 {
+        fn route_deadline(&self) -> Option<u64> {
+            (self % 2 == 1).then_some(u64::from(*self))
+        }
+        fn request(&self) -> Option<u64> {
+            (self % 2 == 0).then_some(u64::from(*self))
+        }
+    }
+
     #[test]
     fn ids_are_fresh_and_a_result_is_taken_once() {
         let mut ops: Ops<u8, ()> = Ops::new();
         let a = ops.start(Next::Wait(1));
         let b = ops.start(Next::Done(Ok(None)));
         assert_ne!(a, b);
-        assert_eq!(ops.running(), [a]);
+        assert_eq!(ops.matching(|_| true), [a]);
         assert!(!ops.is_done(a) && ops.is_done(b));
         assert_eq!(ops.take(a), None, "still running: kept");
         assert_eq!(ops.get(a), Some(&1));
@@ -241,6 +349,59 @@ mod tests {
         assert_eq!(ops.take(a), Some(Ok(Some(vec![3]))));
         assert!(ops.is_empty());
         assert!(ops.start(Next::Wait(0)) > b, "ids are not reused");
+    }
+
+    #[test]
+    fn only_what_happened_is_due() {
+        let mut ops: Ops<u8, ()> = Ops::new();
+        let request = ops.start(Next::Wait(2));
+        let other_request = ops.start(Next::Wait(6));
+        let waits_3 = ops.start(Next::Wait(3));
+        let waits_7 = ops.start(Next::Wait(7));
+        let many: Vec<OpId> = (0..1000).map(|_| ops.start(Next::Wait(4))).collect();
+        assert_eq!(ops.due(0, 0), [], "nothing happened: nothing to look at");
+        assert_eq!(ops.next_due(0), Some(3));
+        ops.wake(request);
+        ops.wake(request);
+        assert_eq!(ops.next_due(0), Some(0), "woken: due now");
+        assert_eq!(ops.due(0, 0), [request], "woken once, handed out once");
+        ops.completed(6);
+        ops.completed(12);
+        assert_eq!(
+            ops.due(0, 0),
+            [other_request],
+            "by its request; an unknown one ignored"
+        );
+        assert_eq!(ops.remove(other_request), Some(6));
+        ops.completed(6);
+        assert_eq!(
+            ops.due(0, 0),
+            [],
+            "taken out: its request no longer wakes it"
+        );
+        assert_eq!(ops.due(0, 0), []);
+        assert_eq!(ops.due(3, 0), [waits_3], "its deadline");
+        assert_eq!(ops.next_due(1), Some(0), "the routes changed: due now");
+        assert_eq!(
+            ops.due(1, 1),
+            [waits_3, waits_7],
+            "the routes changed: every waiting send"
+        );
+        assert_eq!(ops.due(1, 1), [], "the same routes: none again");
+        // Moving one along takes it out of the deadline index and puts it back as it became.
+        assert_eq!(ops.remove(waits_3), Some(3));
+        assert_eq!(ops.next_due(1), Some(7));
+        ops.put(waits_3, Next::Done(Ok(None)));
+        ops.wake(waits_3);
+        ops.wake(many[500]);
+        assert_eq!(
+            ops.due(100, 1),
+            [waits_7, many[500]],
+            "a finished one is not due"
+        );
+        assert_eq!(ops.forget(waits_7), Some(7));
+        assert_eq!(ops.next_due(1), None);
+        assert_eq!(ops.due(1000, 2), []);
     }
 
     #[test]
@@ -274,6 +435,14 @@ mod tests {
                     Op::Recv(p) => *p,
                     _ => None,
                 }
+            }
+        }
+        impl Pending for Op {
+            fn route_deadline(&self) -> Option<u64> {
+                matches!(self, Op::Wait).then_some(9)
+            }
+            fn request(&self) -> Option<u64> {
+                None
             }
         }
         let mut ops: Ops<Op, ()> = Ops::new();
