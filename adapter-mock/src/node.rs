@@ -16,8 +16,8 @@ use crate::fabric::{
     Completed, EpId, Fabric, FabricError, ProcessId, RecvId, SendId, WorkerEvent, WorkerId,
 };
 use tagspace_core::engine::{
-    self, AfterClose, AmDelivery, Blocked, Charge, Check, Control, Dest, Ending, Expiry, Liveness,
-    Loss, Next, PeerGone, PeerLimits, QueueOwner, Resolved, StrayQueue, Target, Waiting,
+    self, AfterClose, AmDelivery, Blocked, Charge, Check, ConnId, Control, Dest, Ending, Expiry,
+    Liveness, Loss, Next, PeerGone, PeerLimits, QueueOwner, Resolved, StrayQueue, Target, Waiting,
 };
 use tagspace_core::session::SessionError;
 use tagspace_core::wellknown::CONTROL_ID;
@@ -359,19 +359,16 @@ impl Node {
         bytes: &[u8],
     ) -> Result<(), NodeError> {
         let ep = self
-            .engine
-            .conns
-            .get(self.engine.conns.serving(peer)?)
-            .io
-            .ep;
+            .endpoint_to(peer)
+            .ok_or(NodeError::NoConnection { peer })?;
         fab.am_send(ep, self.control_am, bytes)?;
         Ok(())
     }
 
     /// The shared endpoint to `peer`, for code outside tagspace (a legacy library).
     pub fn endpoint_to(&self, peer: u64) -> Option<EpId> {
-        let i = self.engine.conns.serving(peer).ok()?;
-        Some(self.engine.conns.get(i).io.ep)
+        let id = self.engine.conns.serving(peer).ok()?;
+        Some(self.engine.conns.get(id)?.io.ep)
     }
 
     /// The endpoint to `peer` and the tag for `payload` in `lib`'s namespace there, as the
@@ -385,7 +382,7 @@ impl Node {
     ) -> Result<Option<(EpId, u64)>, NodeError> {
         let e = &self.engine;
         let found = (e.conns.route_tag(&e.libs, lib, peer, payload)).map_err(|m| m.error(peer))?;
-        Ok(found.map(|(i, tag)| (self.engine.conns.get(i).io.ep, tag)))
+        Ok(found.map(|(c, tag)| (c.io.ep, tag)))
     }
 
     /// Sends `data` with `payload` to library `lib`'s namespace on `peer`, waiting up to
@@ -549,13 +546,10 @@ impl Node {
         self.stray += queue.forged;
         self.forged += queue.forged;
         for &peer in &pass.floods {
-            for i in 0..self.engine.conns.len() {
-                let c = self.engine.conns.get(i);
-                if c.is_open() && !c.io.closed && c.peer() == Some(peer) {
-                    self.flood_closes += 1;
-                    self.engine.conns.cut_off(i, Some(CloseReason::Flood));
-                    self.end_conn(fab, i);
-                }
+            for id in self.engine.conns.open_to(peer) {
+                self.flood_closes += 1;
+                self.engine.conns.cut_off(id, Some(CloseReason::Flood));
+                self.end_conn(fab, id);
             }
         }
     }
@@ -675,7 +669,10 @@ impl Node {
             Resolved::Go { conn, dest } => (conn, dest),
             Resolved::Wait(why) => return Ok(Sent::Blocked(why)),
         };
-        let ep = self.engine.conns.get(conn).io.ep;
+        let ep = (self.engine.conns.get(conn))
+            .ok_or(NodeError::NoConnection { peer: w.peer })?
+            .io
+            .ep;
         Ok(match dest {
             Dest::Tag(tag) => Sent::InFlight(fab.tag_send(ep, tag, &w.data)?, ep),
             Dest::Am(id) => {
@@ -698,8 +695,12 @@ impl Node {
                 WorkerEvent::EndpointError(ep, e) => {
                     if let Some(i) = self.engine.conns.find(ep, |c| !c.io.closed) {
                         let gone = self.engine.conns.failed(i, e, &mut self.engine.libs);
-                        self.engine.conns.get_mut(i).io.closed = true;
-                        self.lost(fab, Loss::Failed { key: ep }, 0, Some(e));
+                        let mut peer = 0;
+                        if let Some(c) = self.engine.conns.get_mut(i) {
+                            c.io.closed = true;
+                            peer = c.peer().unwrap_or(0);
+                        }
+                        self.lost(fab, Loss::Failed { key: ep }, peer, Some(e));
                         self.peer_gone(fab, gone);
                     }
                 }
@@ -795,7 +796,7 @@ impl Node {
 
     /// Ends connection `i` in order: what its session queued (a CLOSE) goes out, then its
     /// endpoint closes.
-    fn end_conn(&mut self, fab: &mut Fabric, i: usize) {
+    fn end_conn(&mut self, fab: &mut Fabric, i: ConnId) {
         self.flush_conn(fab, i);
         let gone = self.engine.conns.end(i, None, &mut self.engine.libs);
         self.close_ep(fab, i);
@@ -804,8 +805,10 @@ impl Node {
 
     /// An unresponsive connection (here or at the peer): its sends, and the receives waiting
     /// for its peer if it is the peer's last connection, end now with `PeerDown` — as on UCX.
-    fn abandon_ops(&mut self, fab: &mut Fabric, i: usize) {
-        let c = self.engine.conns.get(i);
+    fn abandon_ops(&mut self, fab: &mut Fabric, i: ConnId) {
+        let Some(c) = self.engine.conns.get(i) else {
+            return;
+        };
         let (key, peer) = (c.key(), c.peer());
         let last = peer.is_some_and(|p| self.engine.conns.live_to(p) <= 1);
         let loss = Loss::Unresponsive { key, peer, last };
@@ -873,8 +876,11 @@ impl Node {
         }
     }
 
-    fn close_ep(&mut self, fab: &mut Fabric, i: usize) {
-        let io = &mut self.engine.conns.get_mut(i).io;
+    fn close_ep(&mut self, fab: &mut Fabric, i: ConnId) {
+        let Some(c) = self.engine.conns.get_mut(i) else {
+            return;
+        };
+        let io = &mut c.io;
         if !io.closed {
             io.closed = true;
             fab.ep_close(io.ep);
@@ -883,14 +889,16 @@ impl Node {
 
     /// P4: superseded connections' endpoints close once their linger is over.
     fn end_lingering(&mut self, fab: &mut Fabric) {
-        let done: Vec<usize> = self.engine.conns.lingered(fab.now_ms()).collect();
+        let done: Vec<ConnId> = self.engine.conns.lingered(fab.now_ms()).collect();
         for i in done {
             self.close_ep(fab, i);
         }
     }
 
-    fn flush_conn(&mut self, fab: &mut Fabric, i: usize) {
-        let c = self.engine.conns.get_mut(i);
+    fn flush_conn(&mut self, fab: &mut Fabric, i: ConnId) {
+        let Some(c) = self.engine.conns.get_mut(i) else {
+            return;
+        };
         if c.io.closed {
             return;
         }
@@ -970,9 +978,9 @@ impl Node {
     }
 
     fn flush(&mut self, fab: &mut Fabric) {
-        for i in 0..self.engine.conns.len() {
-            if self.engine.conns.get(i).is_open() {
-                self.flush_conn(fab, i);
+        for id in self.engine.conns.ids() {
+            if self.engine.conns.get(id).is_some_and(|c| c.is_open()) {
+                self.flush_conn(fab, id);
             }
         }
     }
@@ -991,12 +999,12 @@ impl Node {
     /// Closes every connection (orderly CLOSE).
     pub fn shutdown(&mut self, fab: &mut Fabric) {
         drop(self.backlog.clear());
-        for i in 0..self.engine.conns.len() {
-            if self.engine.conns.get(i).is_open() {
-                self.engine.conns.cut_off(i, Some(CloseReason::Normal));
-                self.end_conn(fab, i);
+        for id in self.engine.conns.ids() {
+            if self.engine.conns.get(id).is_some_and(|c| c.is_open()) {
+                self.engine.conns.cut_off(id, Some(CloseReason::Normal));
+                self.end_conn(fab, id);
             } else {
-                self.close_ep(fab, i);
+                self.close_ep(fab, id);
             }
         }
     }

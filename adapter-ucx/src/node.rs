@@ -39,8 +39,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tagspace_core::engine::{
-    self, AfterClose, Blocked, Charge, Check, Control, Dest, Ending, Expiry, LinkState, Loss, Next,
-    QueueOwner, Resolved, StrayQueue, Target, Waiting,
+    self, AfterClose, Blocked, Charge, Check, ConnId, Control, Dest, Ending, Expiry, LinkState,
+    Loss, Next, QueueOwner, Resolved, StrayQueue, Target, Waiting,
 };
 use tagspace_core::identity::Identity;
 use tagspace_core::namespace::Route;
@@ -51,6 +51,9 @@ use tagspace_core::{Namespace, Registry, Tag, TagError, TagLayout};
 use ucx1_sys as sys;
 
 pub use tagspace_core::wire::Role;
+/// The name [`Role`] had in this crate's host-mode API.
+#[deprecated(note = "use Role (the same type)")]
+pub type Side = Role;
 
 /// The status of a failure a host reports: its own, or `CONNECTION_RESET` for a "failure"
 /// given without a cause (`UCS_OK`).
@@ -564,7 +567,6 @@ impl Node {
     ) -> Result<Node, NodeError> {
         let layout = registry.layout();
         let control_am = (CONTROL_ID as u32 * layout.am_ids_per_namespace()) as u16;
-        worker.wake_on_completion(true);
         worker.set_am_handler(control_am)?;
         let listener = match cfg.listen {
             Some(a) => Some(worker.listen(a)?),
@@ -872,10 +874,12 @@ impl Node {
             op: "endpoint detached by the host",
             status: Status::CANCELED,
         };
-        if let Some(i) = self.engine.conns.find(key, |c| c.io.ep.is_some()) {
-            match self.engine.conns.get(i).is_open() {
-                true => self.cut_off(i, Some(CloseReason::Normal)),
-                false => self.retire_ep(i),
+        if let Some(c) = (self.engine.conns.find(key, |c| c.io.ep.is_some()))
+            .and_then(|i| self.engine.conns.get(i))
+        {
+            match (c.is_open(), c.id()) {
+                (true, i) => self.cut_off(i, Some(CloseReason::Normal)),
+                (false, i) => self.retire_ep(i),
             }
         }
         if let Some(j) = self.closing.iter().position(|c| c.key == key) {
@@ -945,9 +949,9 @@ impl Node {
 
     /// Hostile-peer hook for tests: sends raw bytes as a control frame to `peer`.
     pub fn inject_control(&mut self, peer: u64, bytes: &[u8]) -> Result<(), NodeError> {
-        let i = self.engine.conns.serving(peer)?;
-        let ep =
-            (self.engine.conns.get(i).io.ep.as_ref()).ok_or(NodeError::NoConnection { peer })?;
+        let ep = self
+            .endpoint_to(peer)
+            .ok_or(NodeError::NoConnection { peer })?;
         if let Started::Pending(r) = ep.am_send(self.control_am, bytes.to_vec())? {
             self.background.push(r);
         }
@@ -960,7 +964,7 @@ impl Node {
     /// has finished (U1): a send on it is never exposed to openucx/ucx#6872.
     pub fn endpoint_to(&self, peer: u64) -> Option<&Endpoint> {
         let i = self.engine.conns.serving(peer).ok()?;
-        self.engine.conns.get(i).io.ep.as_ref()
+        self.engine.conns.get(i)?.io.ep.as_ref()
     }
 
     /// The fast path: the endpoint to `peer` and the tag for `payload` in `lib`'s namespace
@@ -975,10 +979,10 @@ impl Node {
         payload: u64,
     ) -> Result<Option<(&Endpoint, u64)>, NodeError> {
         let found = (self.engine.conns).route_tag(&self.engine.libs, lib, peer, payload);
-        let Some((i, tag)) = found.map_err(|m| m.error(peer))? else {
+        let Some((c, tag)) = found.map_err(|m| m.error(peer))? else {
             return Ok(None);
         };
-        let ep = self.engine.conns.get(i).io.ep.as_ref();
+        let ep = c.io.ep.as_ref();
         Ok(Some((ep.ok_or(NodeError::NoConnection { peer })?, tag)))
     }
 
@@ -992,7 +996,7 @@ impl Node {
         let Some((i, route)) = self.engine.conns.route(&self.engine.libs, lib, peer)? else {
             return Ok(None);
         };
-        let ep = self.engine.conns.get(i).io.ep.as_ref();
+        let ep = self.engine.conns.get(i).and_then(|c| c.io.ep.as_ref());
         let ep = ep.ok_or(NodeError::NoConnection { peer })?;
         Ok(Some((ep, tag(self.engine.libs.ns(lib)?, route)?.raw())))
     }
@@ -1220,11 +1224,11 @@ impl Node {
     ) -> Result<Request, NodeError> {
         let m = self.recv_matcher(lib, from, payload)?;
         if let Some(held) = self.take_held(&m) {
-            return Ok(held.recv(max_len)?);
+            return Ok(held.recv_woken(max_len)?);
         }
         Ok(self
             .worker
-            .tag_recv(m.tag(), m.mask(), Vec::with_capacity(max_len))?)
+            .tag_recv_woken(m.tag(), m.mask(), Vec::with_capacity(max_len))?)
     }
 
     /// Whether a tag a receive from any peer took carries a pair value this node gave no
@@ -1253,7 +1257,7 @@ impl Node {
     pub fn probe_inbox(&mut self, lib: LibId, max_len: usize) -> Result<Option<OpId>, NodeError> {
         let m = self.engine.libs.ns(lib)?.inbox_matcher_any_peer();
         if let Some(held) = self.take_held(&m) {
-            let req = held.recv(max_len)?;
+            let req = held.recv_woken(max_len)?;
             return Ok(Some(self.engine.ops.start(Next::Wait(Op::Receiving {
                 lib,
                 req,
@@ -1275,7 +1279,10 @@ impl Node {
                 }
                 continue;
             }
-            return match self.worker.tag_probe_take(info.tag, u64::MAX, max_len)? {
+            return match self
+                .worker
+                .tag_probe_take_woken(info.tag, u64::MAX, max_len)?
+            {
                 None => Ok(None),
                 Some((_, req)) => Ok(Some(self.engine.ops.start(Next::Wait(Op::Receiving {
                     lib,
@@ -1405,11 +1412,8 @@ impl Node {
             );
             self.stats.backlog_floods += 1;
             self.stats.flood_closes += 1;
-            for i in 0..self.engine.conns.len() {
-                let c = self.engine.conns.get(i);
-                if c.is_open() && c.peer() == Some(peer) {
-                    self.cut_off(i, Some(CloseReason::Flood));
-                }
+            for i in self.engine.conns.open_to(peer) {
+                self.cut_off(i, Some(CloseReason::Flood));
             }
         }
         took
@@ -1553,8 +1557,9 @@ impl Node {
                     // Cancelled because its peer closed (see `recv_from`), its library was
                     // released, or by the library.
                     let e = match from.and_then(|p| Some((p, self.engine.conns.failed_peer(p)?))) {
+                        // Released first: the same answer whatever its peer did meanwhile.
+                        _ if self.engine.libs.get(lib).is_none() => NodeError::NoSuchLibrary,
                         Some((peer, cause)) => NodeError::PeerDown { peer, cause },
-                        None if self.engine.libs.get(lib).is_none() => NodeError::NoSuchLibrary,
                         None => e.into(),
                     };
                     self.finish(lib, Err(e), false)
@@ -1605,13 +1610,13 @@ impl Node {
             Resolved::Go { conn, dest } => (conn, dest),
             Resolved::Wait(why) => return Ok(Sent::Blocked(why)),
         };
-        let c = self.engine.conns.get(i);
         let peer = w.peer;
+        let c = (self.engine.conns.get(i)).ok_or(NodeError::NoConnection { peer })?;
         let ep = c.io.ep.as_ref().ok_or(NodeError::NoConnection { peer })?;
         let data = std::mem::take(&mut w.data);
         let started = match dest {
-            Dest::Tag(tag) => ep.tag_send(tag, data)?,
-            Dest::Am(id) => ep.am_send(id, data)?,
+            Dest::Tag(tag) => ep.tag_send_woken(tag, data)?,
+            Dest::Am(id) => ep.am_send_woken(id, data)?,
         };
         Ok(match started {
             Started::Done(_) => Sent::Complete,
@@ -1701,6 +1706,11 @@ impl Node {
     /// on its own event loop wakes by then and calls [`progress`](Self::progress).
     pub fn poll_timeout_ms(&self) -> Option<u64> {
         let now = self.clock.now_ms();
+        if self.worker.has_completed() {
+            // A request completed after this call's `progress` looked (e.g. a cancel UCX
+            // finished at once): its operation is due now.
+            return Some(0);
+        }
         let at = self.engine.poll_timeout(now);
         let held = self
             .host
@@ -1767,13 +1777,16 @@ impl Node {
         let Some(i) = self.engine.conns.find(key, |c| c.io.ep.is_some()) else {
             return;
         };
-        if let LinkState::Superseded { .. } = self.engine.conns.get(i).state() {
+        let Some(c) = self.engine.conns.get(i) else {
+            return;
+        };
+        if let LinkState::Superseded { .. } = c.state() {
             // The peer closed its side of a superseded connection: expected, not a failure.
             self.fail_ep(i, e);
             return;
         }
         self.stats.endpoint_failures += 1;
-        tracing::warn!(peer = ?self.engine.conns.get(i).peer(), error = %e, "endpoint failed");
+        tracing::warn!(peer = ?c.peer(), error = %e, "endpoint failed");
         let gone = self.engine.conns.failed(i, e, &mut self.engine.libs);
         self.fail_ep(i, e);
         if let Some(gone) = gone {
@@ -1784,8 +1797,10 @@ impl Node {
     /// D3 for one failed endpoint: every send on it fails now (UCX may keep a failed
     /// endpoint's requests in progress for ever — a shared-memory lane to a dead peer is never
     /// discarded), and the endpoint is force-closed at once.
-    fn fail_ep(&mut self, i: usize, e: UcxError) {
-        let c = self.engine.conns.get_mut(i);
+    fn fail_ep(&mut self, i: ConnId, e: UcxError) {
+        let Some(c) = self.engine.conns.get_mut(i) else {
+            return;
+        };
         let (key, peer) = (c.key(), c.peer());
         let io = &mut c.io;
         let waits = std::mem::take(&mut io.ctl_inflight);
@@ -1866,8 +1881,12 @@ impl Node {
     /// waited for it are handled in order and its own frames may go out.
     fn poll_wireup(&mut self) -> bool {
         let mut busy = false;
-        for i in 0..self.engine.conns.len() {
-            let io = &mut self.engine.conns.get_mut(i).io;
+        for i in self.engine.conns.ids() {
+            let Some(c) = self.engine.conns.get_mut(i) else {
+                continue;
+            };
+            let key = c.key();
+            let io = &mut c.io;
             let Wire::Flushing(req) = &mut io.wire else {
                 continue;
             };
@@ -1886,7 +1905,6 @@ impl Node {
                     busy = true;
                     io.wire = Wire::Ready;
                     tracing::warn!(error = %e, "a new endpoint failed while wiring up");
-                    let key = self.engine.conns.get(i).key();
                     self.on_ep_error(key, e);
                 }
             }
@@ -1959,7 +1977,7 @@ impl Node {
             return true;
         }
         tracing::warn!(
-            peer = ?self.engine.conns.get(i).peer(),
+            peer = ?self.engine.conns.get(i).and_then(|c| c.peer()),
             ?what,
             limits = ?self.engine.limits,
             "peer sent more than its per-second limit; closing its connection"
@@ -1979,7 +1997,9 @@ impl Node {
             tracing::warn!("control frame from an unknown endpoint dropped");
             return;
         };
-        let c = self.engine.conns.get_mut(i);
+        let Some(c) = self.engine.conns.get_mut(i) else {
+            return;
+        };
         let open = c.is_open();
         let io = &mut c.io;
         if open && matches!(io.wire, Wire::Flushing(_)) {
@@ -2003,7 +2023,7 @@ impl Node {
     }
 
     /// Carries out what the engine decided for a control frame on connection `i`.
-    fn on_control_at(&mut self, i: usize, bytes: &[u8]) {
+    fn on_control_at(&mut self, i: ConnId, bytes: &[u8]) {
         match self
             .engine
             .conns
@@ -2023,7 +2043,11 @@ impl Node {
             }
             Control::PeerClosed(then) => {
                 let c = self.engine.conns.get(i);
-                tracing::info!(peer = ?c.peer(), reason = ?c.closed_for(), "peer closed the connection");
+                tracing::info!(
+                    peer = ?c.and_then(|c| c.peer()),
+                    reason = ?c.and_then(|c| c.closed_for()),
+                    "peer closed the connection"
+                );
                 match then {
                     // The peer settled the duplicate first: out of service, lingering.
                     AfterClose::Linger => {}
@@ -2048,7 +2072,7 @@ impl Node {
 
     /// Connection `i` ended (`cause`: the failure, `None` for a close): its endpoint is
     /// retired, and if it was the peer's last, what waits for the peer ends.
-    fn close_conn(&mut self, i: usize, cause: Option<UcxError>) {
+    fn close_conn(&mut self, i: ConnId, cause: Option<UcxError>) {
         let gone = self.engine.conns.end(i, cause, &mut self.engine.libs);
         self.retire_ep(i);
         if let Some(gone) = gone {
@@ -2061,11 +2085,11 @@ impl Node {
     /// and its orderly close waits for it — so its sends, and the receives that wait for its
     /// peer if this is the peer's last connection, end now with `PeerDown` (their requests
     /// are parked until UCX lets them go, as for a failed endpoint, D3).
-    fn abandon_ops(&mut self, i: usize) {
-        let (key, peer) = (
-            self.engine.conns.get(i).key(),
-            self.engine.conns.get(i).peer(),
-        );
+    fn abandon_ops(&mut self, i: ConnId) {
+        let Some(c) = self.engine.conns.get(i) else {
+            return;
+        };
+        let (key, peer) = (c.key(), c.peer());
         let last = peer.is_some_and(|p| self.live_connections_to(p) <= 1);
         let loss = Loss::Unresponsive { key, peer, last };
         for (id, _) in self.engine.ops.affected_by(loss) {
@@ -2074,8 +2098,10 @@ impl Node {
     }
 
     /// Takes the endpoint out of service; it is closed once its requests have finished.
-    fn retire_ep(&mut self, i: usize) {
-        let c = self.engine.conns.get_mut(i);
+    fn retire_ep(&mut self, i: ConnId) {
+        let Some(c) = self.engine.conns.get_mut(i) else {
+            return;
+        };
         let (key, peer) = (c.key(), c.peer());
         if let Some(ep) = c.io.ep.take() {
             self.closing.push(Closing {
@@ -2119,7 +2145,7 @@ impl Node {
     /// Closes connection `i` in order: the session's CLOSE (with `reason`, or the one the
     /// session already queued) goes out after anything queued before it, then the endpoint
     /// closes. The one way a node cuts a peer off.
-    fn cut_off(&mut self, i: usize, reason: Option<CloseReason>) {
+    fn cut_off(&mut self, i: ConnId, reason: Option<CloseReason>) {
         self.engine.conns.cut_off(i, reason);
         self.flush_conn(i);
         self.close_conn(i, None);
@@ -2146,8 +2172,8 @@ impl Node {
             };
             let c = self.engine.conns.get(i);
             tracing::warn!(
-                peer = ?c.peer(),
-                claimed = ?c.session().claimed_token(),
+                peer = ?c.and_then(|c| c.peer()),
+                claimed = ?c.and_then(|c| c.session().claimed_token()),
                 ?why,
                 "connection deadline passed; closing the connection"
             );
@@ -2168,21 +2194,26 @@ impl Node {
     #[doc(hidden)]
     pub fn withhold_acks_for_test(&mut self, peer: u64) -> Result<(), NodeError> {
         let i = self.engine.conns.serving(peer)?;
-        self.engine.conns.get_mut(i).io.withhold_acks = true;
+        if let Some(c) = self.engine.conns.get_mut(i) {
+            c.io.withhold_acks = true;
+        }
         Ok(())
     }
 
     fn end_lingering(&mut self) {
         let now = self.clock.now_ms();
-        let over: Vec<usize> = self.engine.conns.lingered(now).collect();
+        let over: Vec<ConnId> = self.engine.conns.lingered(now).collect();
         for i in over {
             self.retire_ep(i); // once: it takes the endpoint
         }
     }
 
-    fn flush_conn(&mut self, i: usize) -> bool {
+    fn flush_conn(&mut self, i: ConnId) -> bool {
         let mut sent = false;
-        let (session, io) = self.engine.conns.get_mut(i).parts();
+        let Some(c) = self.engine.conns.get_mut(i) else {
+            return false;
+        };
+        let (session, io) = c.parts();
         let (Some(ep), Wire::Ready) = (io.ep.as_ref(), &io.wire) else {
             return false;
         };
@@ -2352,8 +2383,8 @@ impl Node {
 
     fn flush(&mut self) -> bool {
         let mut sent = false;
-        for i in 0..self.engine.conns.len() {
-            if self.engine.conns.get(i).is_open() {
+        for i in self.engine.conns.ids() {
+            if self.engine.conns.get(i).is_some_and(|c| c.is_open()) {
                 sent |= self.flush_conn(i);
             }
         }
@@ -2412,11 +2443,11 @@ impl Node {
         // Held messages first, while their senders' endpoints are open: a rendezvous sender
         // is let go (received into a few bytes, as a stray).
         drop(self.backlog.clear());
-        for i in 0..self.engine.conns.len() {
-            match self.engine.conns.get(i).state() {
-                LinkState::Open => self.cut_off(i, Some(CloseReason::Normal)),
-                LinkState::Superseded { .. } => self.retire_ep(i),
-                LinkState::Down(_) => {}
+        for i in self.engine.conns.ids() {
+            match self.engine.conns.get(i).map(|c| c.state()) {
+                Some(LinkState::Open) => self.cut_off(i, Some(CloseReason::Normal)),
+                Some(LinkState::Superseded { .. }) => self.retire_ep(i),
+                Some(LinkState::Down(_)) | None => {}
             }
         }
         let start = Instant::now();

@@ -629,12 +629,16 @@ pub fn peer_failure_mid_stream<C: Cluster + ?Sized>(c: &mut C) {
     }
     c.kill(dying);
     c.settle();
+    let down = format!(
+        "connection to peer {:#x} failed: ",
+        crate::identity(dying).token()
+    );
     let (mut done, mut failed) = (0, 0);
     for op in to_dying {
         match wait(c, a, op, ROUNDS).expect("finished") {
             Ok(_) => done += 1,
             Err(e) => {
-                assert!(e.contains("peer"), "unclear error: {e}");
+                assert!(e.starts_with(&down), "not PeerDown naming the peer: {e}");
                 failed += 1;
             }
         }

@@ -248,8 +248,8 @@ pub struct AmMessage {
 struct Events {
     ep_errors: VecDeque<(EpKey, Status)>,
     am: VecDeque<AmMessage>,
-    /// Requests UCX completed (their addresses, see [`Request::addr`]), once
-    /// [`Worker::wake_on_completion`] asked for them.
+    /// Requests UCX completed (their addresses, see [`Request::addr`]) that were started to
+    /// report it (the `*_woken` calls a node makes; see [`Worker::take_completed`]).
     done: Vec<usize>,
 }
 
@@ -318,8 +318,6 @@ struct WorkerInner {
     /// Boxed so that its address, handed to UCX as callback argument, never moves.
     events: Box<EventQueue>,
     orphans: RefCell<Vec<Orphan>>,
-    /// Whether requests handed out as [`Request`]s report their completion into `events.done`.
-    wakes: std::cell::Cell<bool>,
     /// Handler arguments by AM id (boxed: UCX keeps their addresses).
     am_args: RefCell<std::collections::HashMap<u16, Box<AmArg>>>,
     /// The argument of the handler on every id without one of its own, once
@@ -429,7 +427,6 @@ impl Worker {
                 owned: ctx.is_some(),
                 events: Box::new(Mutex::new(Events::default())),
                 orphans: RefCell::new(Vec::new()),
-                wakes: std::cell::Cell::new(false),
                 am_args: RefCell::new(std::collections::HashMap::new()),
                 unowned_arg: RefCell::new(None),
                 _ctx: ctx,
@@ -669,21 +666,23 @@ impl Worker {
         lock(&self.inner.events).am.pop_front()
     }
 
-    /// From now on, every request this worker hands out as a [`Request`] (owned-buffer sends
-    /// and receives, Active Messages, held messages' receives) reports its completion — with
-    /// data, an error or a cancel — into a queue [`take_completed`](Self::take_completed)
-    /// empties, so that a caller with many requests pending tests only the ones that finished.
-    /// Off by default: the queue grows until it is emptied. Callbacks run on whichever thread
-    /// progresses the worker (the queue is locked for one push).
-    pub fn wake_on_completion(&self, on: bool) {
-        self.inner.wakes.set(on);
+    /// Whether a completion waits to be taken ([`take_completed`](Self::take_completed)).
+    pub fn has_completed(&self) -> bool {
+        !lock(&self.inner.events).done.is_empty()
     }
 
     /// Moves the addresses of the requests completed since the last call into `into` (see
-    /// [`Request::addr`]). An address may name a request already dropped, or a later one at
-    /// the same address: a caller tests the request it holds, which only costs a look.
+    /// [`Request::addr`]): only requests started to report it — the crate's `*_woken` calls,
+    /// which a node makes for its operations, so that it tests only the requests that finished
+    /// (D6); requests a caller starts with the public calls report nothing (nobody would empty
+    /// the queue). Callbacks run on whichever thread progresses the worker (the queue is locked
+    /// for one push). An address may name a request already dropped, or a later one at the same
+    /// address: a caller tests the request it holds, which only costs a look.
     pub fn take_completed(&self, into: &mut Vec<usize>) {
         let mut ev = lock(&self.inner.events);
+        if ev.done.is_empty() {
+            return;
+        }
         if into.is_empty() {
             std::mem::swap(into, &mut ev.done);
         } else {
@@ -709,12 +708,33 @@ impl Worker {
 
     /// Posts a tag receive into `buf`'s spare capacity (`buf` is cleared first): it matches a
     /// message whose tag `t` has `t & mask == tag & mask`.
-    pub fn tag_recv(&self, tag: u64, mask: u64, mut buf: Vec<u8>) -> Result<Request, UcxError> {
+    pub fn tag_recv(&self, tag: u64, mask: u64, buf: Vec<u8>) -> Result<Request, UcxError> {
+        self.tag_recv_with(tag, mask, buf, Wake::No)
+    }
+
+    /// [`tag_recv`](Self::tag_recv) whose completion is reported ([`take_completed`]).
+    ///
+    /// [`take_completed`]: Self::take_completed
+    pub(crate) fn tag_recv_woken(
+        &self,
+        tag: u64,
+        mask: u64,
+        buf: Vec<u8>,
+    ) -> Result<Request, UcxError> {
+        self.tag_recv_with(tag, mask, buf, Wake::Recv)
+    }
+
+    fn tag_recv_with(
+        &self,
+        tag: u64,
+        mask: u64,
+        mut buf: Vec<u8>,
+        wake: Wake,
+    ) -> Result<Request, UcxError> {
         buf.clear();
         // SAFETY: the buffer's capacity is writable and is kept alive by the Request (or an
         // orphan) until UCX completes the receive.
-        let raw =
-            unsafe { self.post_recv(buf.as_mut_ptr(), buf.capacity(), tag, mask, Wake::Recv)? };
+        let raw = unsafe { self.post_recv(buf.as_mut_ptr(), buf.capacity(), tag, mask, wake)? };
         Ok(Request::new(self, raw, Kind::Recv, Some(buf)))
     }
 
@@ -757,16 +777,12 @@ impl Worker {
         len: usize,
         msg: sys::ucp_tag_message_h,
         no_imm: bool,
+        wake: Wake,
     ) -> Result<Option<*mut c_void>, UcxError> {
-        // With NO_IMM_CMPL the request becomes a `Request` (woken on completion); without, the
-        // caller waits for it.
-        let (flags, wake) = if no_imm {
-            (
-                sys::ucp_op_attr_t::UCP_OP_ATTR_FLAG_NO_IMM_CMPL as u32,
-                Wake::Recv,
-            )
+        let flags = if no_imm {
+            sys::ucp_op_attr_t::UCP_OP_ATTR_FLAG_NO_IMM_CMPL as u32
         } else {
-            (0, Wake::No)
+            0
         };
         let param = self.param(flags, wake);
         // SAFETY: the caller's promises about `msg` and the buffer; the worker is live.
@@ -815,7 +831,9 @@ impl Worker {
             let found = TagInfo::from(&info);
             // SAFETY: `msg` came from the probe with remove; `buf` stays borrowed until the
             // request (if any) completes below.
-            return match unsafe { self.msg_recv(buf.as_mut_ptr(), buf.len(), msg, false)? } {
+            return match unsafe {
+                self.msg_recv(buf.as_mut_ptr(), buf.len(), msg, false, Wake::No)?
+            } {
                 None => Ok(found),
                 Some(req) => self.wait_request(req, "receive").map(|()| found),
             };
@@ -897,6 +915,26 @@ impl Worker {
         mask: u64,
         max_len: usize,
     ) -> Result<Option<(TagInfo, Request)>, UcxError> {
+        self.tag_probe_take_with(tag, mask, max_len, Wake::No)
+    }
+
+    /// [`tag_probe_take`](Self::tag_probe_take) whose receive reports its completion.
+    pub(crate) fn tag_probe_take_woken(
+        &self,
+        tag: u64,
+        mask: u64,
+        max_len: usize,
+    ) -> Result<Option<(TagInfo, Request)>, UcxError> {
+        self.tag_probe_take_with(tag, mask, max_len, Wake::Recv)
+    }
+
+    fn tag_probe_take_with(
+        &self,
+        tag: u64,
+        mask: u64,
+        max_len: usize,
+        wake: Wake,
+    ) -> Result<Option<(TagInfo, Request)>, UcxError> {
         // SAFETY: zeroed is a valid value for this plain C struct.
         let mut info: sys::ucp_tag_recv_info_t = unsafe { std::mem::zeroed() };
         // SAFETY: remove = 1: the message is ours and must be received with msg_recv below.
@@ -907,7 +945,7 @@ impl Worker {
         let info = TagInfo::from(&info);
         let mut buf = Vec::with_capacity(info.len.min(max_len));
         // SAFETY: msg came from probe with remove; the buffer lives in the Request.
-        match unsafe { self.msg_recv(buf.as_mut_ptr(), buf.capacity(), msg, true)? } {
+        match unsafe { self.msg_recv(buf.as_mut_ptr(), buf.capacity(), msg, true, wake)? } {
             Some(raw) => Ok(Some((info, Request::new(self, raw, Kind::Recv, Some(buf))))),
             // Not reached: with NO_IMM_CMPL, `msg_recv` gives a request or an error.
             None => Err(UcxError {
@@ -981,12 +1019,22 @@ impl Message {
 
     /// Receives it into a buffer of at most `max_len` bytes: a longer message completes with
     /// `UCS_ERR_MESSAGE_TRUNCATED`, as a posted receive would.
-    pub fn recv(mut self, max_len: usize) -> Result<Request, UcxError> {
+    pub fn recv(self, max_len: usize) -> Result<Request, UcxError> {
+        self.recv_with(max_len, Wake::No)
+    }
+
+    /// [`recv`](Self::recv) whose completion is reported ([`Worker::take_completed`]).
+    pub(crate) fn recv_woken(self, max_len: usize) -> Result<Request, UcxError> {
+        self.recv_with(max_len, Wake::Recv)
+    }
+
+    fn recv_with(mut self, max_len: usize, wake: Wake) -> Result<Request, UcxError> {
         let raw = self.take_raw();
         let mut buf = Vec::with_capacity(self.info.len.min(max_len));
         // SAFETY: `raw` came from a probe with remove and is received once; the buffer lives
         // in the Request.
-        match unsafe { (self.worker).msg_recv(buf.as_mut_ptr(), buf.capacity(), raw, true)? } {
+        match unsafe { (self.worker).msg_recv(buf.as_mut_ptr(), buf.capacity(), raw, true, wake)? }
+        {
             Some(req) => Ok(Request::new(&self.worker, req, Kind::Recv, Some(buf))),
             None => Err(UcxError {
                 op: "ucp_tag_msg_recv_nbx (completed without a request)",
@@ -1003,7 +1051,8 @@ impl Message {
         let info = self.info;
         // SAFETY: `raw` came from a probe with remove and is received once; `buf` stays
         // borrowed until the request (if any) completes below.
-        match unsafe { (self.worker).msg_recv(buf.as_mut_ptr(), buf.len(), raw, false)? } {
+        match unsafe { (self.worker).msg_recv(buf.as_mut_ptr(), buf.len(), raw, false, Wake::No)? }
+        {
             None if info.len > buf.len() => Err(UcxError {
                 op: "receive",
                 status: Status::MESSAGE_TRUNCATED,
@@ -1024,7 +1073,7 @@ impl Drop for Message {
         // SAFETY: `raw` came from a probe with remove and is received once, into a buffer the
         // Request keeps (parked on the worker when dropped unfinished).
         if let Ok(Some(req)) =
-            unsafe { (self.worker).msg_recv(buf.as_mut_ptr(), buf.capacity(), raw, true) }
+            unsafe { (self.worker).msg_recv(buf.as_mut_ptr(), buf.capacity(), raw, true, Wake::No) }
         {
             drop(Request::new(&self.worker, req, Kind::Recv, Some(buf)));
         }
@@ -1081,7 +1130,7 @@ fn request_param(op_attr_mask: u32) -> sys::ucp_request_param_t {
 }
 
 /// Which completion callback a request that becomes a [`Request`] gets (see
-/// [`Worker::wake_on_completion`]).
+/// [`Worker::take_completed`]).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Wake {
     /// None: the caller waits for it itself (the borrowed-buffer paths).
@@ -1095,7 +1144,7 @@ impl Worker {
     /// reports completions.
     fn param(&self, op_attr_mask: u32, wake: Wake) -> sys::ucp_request_param_t {
         let mut p = request_param(op_attr_mask);
-        if wake == Wake::No || !self.inner.wakes.get() {
+        if wake == Wake::No {
             return p;
         }
         p.op_attr_mask |= sys::ucp_op_attr_t::UCP_OP_ATTR_FIELD_CALLBACK as u32
@@ -1105,7 +1154,10 @@ impl Worker {
         } else {
             p.cb.recv = Some(recv_done);
         }
-        // The events box outlives every request: the worker frees its requests first.
+        // The events box outlives every callback: a request holds the worker (so its box) alive
+        // while it is ours; a parked one is released with `ucp_request_free` before the worker
+        // and its box go (`WorkerInner::drop`, `hand_back`), and UCX calls no callback of a
+        // released request.
         p.user_data = &*self.inner.events as *const EventQueue as *mut c_void;
         p
     }
@@ -1445,8 +1497,26 @@ impl Endpoint {
 
     /// Sends `data` with `tag`; the buffer comes back in the completion.
     pub fn tag_send(&self, tag: u64, data: Vec<u8>) -> Result<Started<Vec<u8>>, UcxError> {
+        self.tag_send_with(tag, data, Wake::No)
+    }
+
+    /// [`tag_send`](Self::tag_send) whose completion is reported ([`Worker::take_completed`]).
+    pub(crate) fn tag_send_woken(
+        &self,
+        tag: u64,
+        data: Vec<u8>,
+    ) -> Result<Started<Vec<u8>>, UcxError> {
+        self.tag_send_with(tag, data, Wake::Send)
+    }
+
+    fn tag_send_with(
+        &self,
+        tag: u64,
+        data: Vec<u8>,
+        wake: Wake,
+    ) -> Result<Started<Vec<u8>>, UcxError> {
         // SAFETY: the buffer lives in the Request (or an orphan) until UCX completes.
-        Ok(match unsafe { self.post_send(tag, &data, Wake::Send)? } {
+        Ok(match unsafe { self.post_send(tag, &data, wake)? } {
             None => Started::Done(data),
             Some(raw) => Started::Pending(Request::new(&self.worker, raw, Kind::Send, Some(data))),
         })
@@ -1491,10 +1561,26 @@ impl Endpoint {
     /// Sends an Active Message `id` (eagerly, so that the receiver gets it whole in its
     /// callback, and with a reply endpoint, so that it knows which endpoint it came from).
     pub fn am_send(&self, id: u16, data: Vec<u8>) -> Result<Started<Vec<u8>>, UcxError> {
-        let mut param = (self.worker).param(
-            sys::ucp_op_attr_t::UCP_OP_ATTR_FIELD_FLAGS as u32,
-            Wake::Send,
-        );
+        self.am_send_with(id, data, Wake::No)
+    }
+
+    /// [`am_send`](Self::am_send) whose completion is reported ([`Worker::take_completed`]).
+    pub(crate) fn am_send_woken(
+        &self,
+        id: u16,
+        data: Vec<u8>,
+    ) -> Result<Started<Vec<u8>>, UcxError> {
+        self.am_send_with(id, data, Wake::Send)
+    }
+
+    fn am_send_with(
+        &self,
+        id: u16,
+        data: Vec<u8>,
+        wake: Wake,
+    ) -> Result<Started<Vec<u8>>, UcxError> {
+        let mut param =
+            (self.worker).param(sys::ucp_op_attr_t::UCP_OP_ATTR_FIELD_FLAGS as u32, wake);
         param.flags = (sys::ucp_send_am_flags::UCP_AM_SEND_FLAG_EAGER
             | sys::ucp_send_am_flags::UCP_AM_SEND_FLAG_REPLY)
             .0;

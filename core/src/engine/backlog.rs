@@ -22,7 +22,7 @@ use alloc::vec::Vec;
 
 /// How much one proven peer may have waiting in one held namespace: messages nobody has
 /// received yet, counted from the oldest. Each is charged its length up to
-/// [`HELD_CHARGE_MAX`], and a peer with nothing held is always let through one message. The backlog's memory is at most this, per peer and
+/// `HELD_CHARGE_MAX` (1 MiB), and a peer with nothing held is always let through one message. The backlog's memory is at most this, per peer and
 /// namespace, plus what arrives between two passes ([`super::DRAIN_INTERVAL_MS`] apart, or
 /// back to back while messages keep coming).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

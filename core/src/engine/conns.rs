@@ -87,8 +87,18 @@ struct Window {
     unwanted: u32,
 }
 
+/// A connection's handle: handed out once by [`Connections::add`], never reused, and never
+/// moved by other connections coming and going — a handle kept across calls names the same
+/// connection or, once that is forgotten, none ([`Connections::get`] says `None`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId(u64);
+
+/// What [`Connections::route_tag`] finds: the connection serving the peer, and the tag.
+pub type RouteHit<'a, K, X, E, const CAP: usize> = (&'a Connection<K, X, E, CAP>, u64);
+
 /// One connection.
 pub struct Connection<K, X, E, const CAP: usize> {
+    id: ConnId,
     key: K,
     session: Box<Session<CAP>>,
     state: LinkState<E>,
@@ -109,6 +119,10 @@ pub struct Connection<K, X, E, const CAP: usize> {
 }
 
 impl<K: Copy, X, E: Copy, const CAP: usize> Connection<K, X, E, CAP> {
+    /// Its handle.
+    pub fn id(&self) -> ConnId {
+        self.id
+    }
     /// The adapter's key.
     pub fn key(&self) -> K {
         self.key
@@ -184,8 +198,8 @@ pub enum Control {
     Established {
         /// The proven peer.
         peer: u64,
-        /// Connections (indices) that lost the tie-break.
-        superseded: Vec<usize>,
+        /// Connections that lost the tie-break.
+        superseded: Vec<ConnId>,
     },
     /// The peer closed the connection; the engine has recorded the reason. `Linger`: it is
     /// out of service already (the peer settled a duplicate first). `AbandonAndClose`: the
@@ -308,6 +322,11 @@ pub struct Connections<K, X, E, const CAP: usize> {
     pairs: Pairs,
     /// Bumped whenever a send's route could have changed ([`epoch`](Self::epoch)).
     epoch: u64,
+    /// Where each connection is in `conns` (positions change when ended ones are forgotten;
+    /// handles do not).
+    at: hashbrown::HashMap<ConnId, usize, TokenHash>,
+    /// The next handle's number.
+    next_id: u64,
 }
 
 /// The pair values a node gives its peers: peer token → value, and value → peer token.
@@ -416,7 +435,28 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
                 forgotten: 0,
             },
             epoch: 0,
+            at: hashbrown::HashMap::with_hasher(h),
+            next_id: 0,
         }
+    }
+
+    /// Where connection `id` is now, if it has not been forgotten.
+    #[inline]
+    fn pos(&self, id: ConnId) -> Option<usize> {
+        self.at.get(&id).copied()
+    }
+
+    /// The open connections to `peer` (to cut a peer off: all of them).
+    pub fn open_to(&self, peer: u64) -> Vec<ConnId> {
+        (self.conns.iter())
+            .filter(|c| c.is_open() && c.peer() == Some(peer))
+            .map(|c| c.id)
+            .collect()
+    }
+
+    /// Every connection's handle, in the order they were added.
+    pub fn ids(&self) -> Vec<ConnId> {
+        self.conns.iter().map(|c| c.id).collect()
     }
 
     /// Changes whenever where a send goes could have changed — a connection established,
@@ -492,7 +532,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     }
 
     /// A new connection (open, handshaking) on the adapter's `key`, started at adapter time
-    /// `now_ms` and live time `live_ms` (its deadlines start there). Returns its index.
+    /// `now_ms` and live time `live_ms` (its deadlines start there). Returns its handle.
     // Sans-IO: each input is a plain value the adapter passes (no context object to build).
     #[allow(clippy::too_many_arguments)]
     pub fn add(
@@ -504,10 +544,14 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         now_ms: u64,
         live_ms: u64,
         io: X,
-    ) -> usize {
+    ) -> ConnId {
         self.ns_mask = layout.fixed_mask() | layout.pair_mask();
         self.pairs.bits = layout.pair_bits();
+        self.next_id += 1;
+        let id = ConnId(self.next_id);
+        self.at.insert(id, self.conns.len());
         self.conns.push(Connection {
+            id,
             key,
             session: Box::new(Session::new(role, identity, layout)),
             state: LinkState::Open,
@@ -521,7 +565,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
             },
             io,
         });
-        self.conns.len() - 1
+        id
     }
 
     /// How many connections there are (open, lingering and ended ones not yet forgotten).
@@ -534,14 +578,15 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         self.conns.is_empty()
     }
 
-    /// Connection `i`.
-    pub fn get(&self, i: usize) -> &Connection<K, X, E, CAP> {
-        &self.conns[i]
+    /// Connection `id`; `None` once it has been forgotten.
+    pub fn get(&self, id: ConnId) -> Option<&Connection<K, X, E, CAP>> {
+        Some(&self.conns[self.pos(id)?])
     }
 
-    /// Connection `i`, mutable.
-    pub fn get_mut(&mut self, i: usize) -> &mut Connection<K, X, E, CAP> {
-        &mut self.conns[i]
+    /// Connection `id`, mutable; `None` once it has been forgotten.
+    pub fn get_mut(&mut self, id: ConnId) -> Option<&mut Connection<K, X, E, CAP>> {
+        let i = self.pos(id)?;
+        Some(&mut self.conns[i])
     }
 
     /// Every connection.
@@ -560,14 +605,18 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     }
 
     /// The first connection on `key` that `also` accepts.
-    pub fn find(&self, key: K, also: impl Fn(&Connection<K, X, E, CAP>) -> bool) -> Option<usize> {
-        self.conns.iter().position(|c| c.key == key && also(c))
+    pub fn find(&self, key: K, also: impl Fn(&Connection<K, X, E, CAP>) -> bool) -> Option<ConnId> {
+        self.conns
+            .iter()
+            .find(|c| c.key == key && also(c))
+            .map(|c| c.id)
     }
 
     /// The connection serving `peer` for sends: open, established, proven `peer`'s.
     #[inline]
-    pub fn serving(&self, peer: u64) -> Result<usize, NodeError<E>> {
+    pub fn serving(&self, peer: u64) -> Result<ConnId, NodeError<E>> {
         self.serving_index(peer)
+            .map(|i| self.conns[i].id)
             .ok_or(NodeError::NoConnection { peer })
     }
 
@@ -655,16 +704,18 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         libs: &Libraries<'r, CAP, E>,
         lib: LibId,
         peer: u64,
-    ) -> Result<Option<(usize, Route)>, NodeError<E>>
+    ) -> Result<Option<(ConnId, Route)>, NodeError<E>>
     where
         E: Clone,
     {
-        let i = self.serving(peer)?;
+        let i = self
+            .serving_index(peer)
+            .ok_or(NodeError::NoConnection { peer })?;
         let ns = libs.ns(lib)?;
         let c = &self.conns[i];
         let route = c.route(lib);
         debug_assert_eq!(route, c.session.route(ns), "stale route cache");
-        Ok(route.map(|r| (i, r)))
+        Ok(route.map(|r| (c.id, r)))
     }
 
     /// The send path's fast lookup: the connection serving `peer` and the peer's tag for
@@ -679,7 +730,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         lib: LibId,
         peer: u64,
         payload: u64,
-    ) -> Result<Option<(usize, u64)>, RouteMiss>
+    ) -> Result<Option<RouteHit<'_, K, X, E, CAP>>, RouteMiss>
     where
         E: Clone,
     {
@@ -699,7 +750,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
                     libs.ns(lib).ok().and_then(|ns| c.session.route(ns)),
                     "stale route cache"
                 );
-                Ok(Some((i, base | payload)))
+                Ok(Some((c, base | payload)))
             }
             None => match libs.get(lib) {
                 Some(_) => Ok(None),
@@ -753,7 +804,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     /// service are ignored.
     pub fn on_control<'r>(
         &mut self,
-        i: usize,
+        id: ConnId,
         bytes: &[u8],
         now_ms: u64,
         libs: &mut Libraries<'r, CAP, E>,
@@ -761,9 +812,9 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     where
         E: Clone,
     {
-        if !self.conns[i].is_open() {
+        let Some(i) = self.pos(id).filter(|&i| self.conns[i].is_open()) else {
             return Control::Handled;
-        }
+        };
         let handled = self.conns[i].session.handle(bytes);
         // The directory changes only with these (between HELLO and PROOF it changes quietly,
         // but routes nothing until `Established` reports it whole); a PING, PONG or ack
@@ -829,14 +880,14 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
 
     /// P4: of several established connections to `peer`, the tie-break's losers are closed
     /// (their CLOSE queued) and taken out of service to linger.
-    fn settle_duplicates(&mut self, peer: u64, now_ms: u64) -> Vec<usize> {
+    fn settle_duplicates(&mut self, peer: u64, now_ms: u64) -> Vec<ConnId> {
         let mut losers = Vec::new();
         super::superseded(&self.conns, peer, &mut losers);
         for &i in &losers {
             self.conns[i].session.close(CloseReason::Superseded);
             self.linger(i, now_ms);
         }
-        losers
+        losers.into_iter().map(|i| self.conns[i].id).collect()
     }
 
     fn linger(&mut self, i: usize, now_ms: u64) {
@@ -847,16 +898,20 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
 
     /// Superseded connections whose linger is over at `now_ms` (the adapter retires their
     /// endpoints; it calls this until it has).
-    pub fn lingered(&self, now_ms: u64) -> impl Iterator<Item = usize> + '_ {
-        self.conns.iter().enumerate().filter_map(move |(i, c)| {
-            matches!(c.state, LinkState::Superseded { until_ms } if now_ms >= until_ms).then_some(i)
+    pub fn lingered(&self, now_ms: u64) -> impl Iterator<Item = ConnId> + '_ {
+        self.conns.iter().filter_map(move |c| {
+            matches!(c.state, LinkState::Superseded { until_ms } if now_ms >= until_ms)
+                .then_some(c.id)
         })
     }
 
     /// This side cuts connection `i` off: queues a CLOSE with `reason` (or keeps the one the
     /// session already queued) and records it. The adapter then flushes the connection and
     /// calls [`end`](Self::end).
-    pub fn cut_off(&mut self, i: usize, reason: Option<CloseReason>) {
+    pub fn cut_off(&mut self, id: ConnId, reason: Option<CloseReason>) {
+        let Some(i) = self.pos(id) else {
+            return;
+        };
         let s = &mut self.conns[i].session;
         if let Some(reason) = reason {
             s.close(reason);
@@ -870,13 +925,14 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     /// was the peer's last, the listening libraries hear `Down` and the answer names the peer.
     pub fn end<'r>(
         &mut self,
-        i: usize,
+        id: ConnId,
         cause: Option<E>,
         libs: &mut Libraries<'r, CAP, E>,
     ) -> Option<PeerGone<E>>
     where
         E: Clone,
     {
+        let i = self.pos(id)?;
         let c = &mut self.conns[i];
         let was_open = c.is_open();
         c.state = LinkState::Down(cause);
@@ -896,27 +952,31 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     /// [`end`](Self::end) with the error.
     pub fn failed<'r>(
         &mut self,
-        i: usize,
+        id: ConnId,
         e: E,
         libs: &mut Libraries<'r, CAP, E>,
     ) -> Option<PeerGone<E>>
     where
         E: Clone,
     {
+        let i = self.pos(id)?;
         match self.conns[i].state {
             LinkState::Superseded { .. } => None,
             LinkState::Down(_) => {
                 self.conns[i].state = LinkState::Down(Some(e));
                 None
             }
-            LinkState::Open => self.end(i, Some(e), libs),
+            LinkState::Open => self.end(id, Some(e), libs),
         }
     }
 
     /// Counts one message from connection `i` against `limits` at adapter time `now_ms`:
     /// `false` if the peer is over its limit (the adapter cuts it off with
     /// [`CloseReason::Flood`]).
-    pub fn charge(&mut self, i: usize, now_ms: u64, what: Charge, limits: PeerLimits) -> bool {
+    pub fn charge(&mut self, id: ConnId, now_ms: u64, what: Charge, limits: PeerLimits) -> bool {
+        let Some(i) = self.pos(id) else {
+            return true;
+        };
         let w = &mut self.conns[i].window;
         if now_ms >= w.start_ms.saturating_add(1000) {
             *w = Window {
@@ -969,10 +1029,12 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         clock: &mut LiveClock,
         now_ms: u64,
         liveness: Option<Liveness>,
-    ) -> Vec<(usize, Check)> {
+    ) -> Vec<(ConnId, Check)> {
         let mut due = Vec::new();
         super::sweep(&mut self.conns, clock, now_ms, liveness, &mut due);
-        due
+        due.into_iter()
+            .map(|(i, c)| (self.conns[i].id, c))
+            .collect()
     }
 
     /// D5: removes ended connections that `done` says the adapter is finished with (their
@@ -998,6 +1060,10 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
             unpins.connection_ended(&mut c.session, now_ms);
             false
         });
+        self.at.clear();
+        for (i, c) in self.conns.iter().enumerate() {
+            self.at.insert(c.id, i);
+        }
         for (peer, cause) in went {
             match self.gone.get_mut(&peer) {
                 Some(old) => {
@@ -1040,6 +1106,36 @@ mod tests {
 
     type Table = Connections<u32, (), u8, 64>;
     type Libs = Libraries<'static, 64, u8>;
+
+    #[test]
+    fn handles_never_shift_nor_come_back() {
+        let reg: &'static Registry<64> = Box::leak(Box::new(Registry::new(TagLayout::DEFAULT)));
+        let mut libs = Libs::new();
+        let me = Identity::from_seed(&[4; 32]);
+        let mut t = Table::new([1, 2]);
+        let mut unpins = super::super::Unpins::new();
+        let ids: Vec<ConnId> = (0..4u32)
+            .map(|k| t.add(k, Role::Initiator, &me, reg.layout(), 0, 0, ()))
+            .collect();
+        // The first two end and are forgotten: the others' handles still name them.
+        t.end(ids[0], None, &mut libs);
+        t.end(ids[1], None, &mut libs);
+        assert!(t.forget(|_| true, &mut unpins, 0));
+        assert!(
+            t.get(ids[0]).is_none() && t.get(ids[1]).is_none(),
+            "forgotten: none"
+        );
+        assert_eq!(t.get(ids[2]).map(|c| c.key()), Some(2));
+        assert_eq!(t.get(ids[3]).map(|c| c.key()), Some(3));
+        assert_eq!(t.find(3, |_| true), Some(ids[3]));
+        // A stale handle changes nothing; a new connection gets a new one.
+        t.cut_off(ids[0], Some(CloseReason::Normal));
+        assert!(t.end(ids[0], None, &mut libs).is_none());
+        assert!(t.charge(ids[1], 0, Charge::Control, PeerLimits::default()));
+        let new = t.add(9, Role::Acceptor, &me, reg.layout(), 0, 0, ());
+        assert!(!ids.contains(&new), "never reused");
+        assert_eq!(t.ids(), [ids[2], ids[3], new]);
+    }
 
     #[test]
     fn pair_values_are_a_permutation_and_none_returns_before_the_others() {
@@ -1091,7 +1187,7 @@ mod tests {
         }
     }
 
-    fn connect(a: &mut Side, b: &mut Side, key: u32) -> (usize, usize) {
+    fn connect(a: &mut Side, b: &mut Side, key: u32) -> (ConnId, ConnId) {
         let l = *a.reg.layout();
         let i = a.conns.add(key, Role::Initiator, &a.me, &l, 0, 0, ());
         let j = b.conns.add(key, Role::Acceptor, &b.me, &l, 0, 0, ());
@@ -1099,13 +1195,14 @@ mod tests {
     }
 
     /// Delivers what each side's session `i`/`j` has queued to the other, until quiet.
-    fn pump(a: &mut Side, i: usize, b: &mut Side, j: usize) -> Vec<Control> {
+    fn pump(a: &mut Side, i: ConnId, b: &mut Side, j: ConnId) -> Vec<Control> {
         let mut buf = [0u8; wire::MAX_FRAME_LEN];
         let mut out = Vec::new();
         for _ in 0..8 {
             while let Ok(Some(n)) = a
                 .conns
                 .get_mut(i)
+                .unwrap()
                 .session_mut()
                 .poll_transmit(a.reg, &mut buf)
             {
@@ -1114,6 +1211,7 @@ mod tests {
             while let Ok(Some(n)) = b
                 .conns
                 .get_mut(j)
+                .unwrap()
                 .session_mut()
                 .poll_transmit(b.reg, &mut buf)
             {
@@ -1170,8 +1268,8 @@ mod tests {
         let (ta, tb) = (a.me.token(), b.me.token());
         assert_eq!(a.conns.live_to(tb), 1);
         assert_eq!(b.conns.live_to(ta), 1);
-        let kept_a = a.conns.get(a.conns.serving(tb).unwrap()).key();
-        let kept_b = b.conns.get(b.conns.serving(ta).unwrap()).key();
+        let kept_a = a.conns.get(a.conns.serving(tb).unwrap()).unwrap().key();
+        let kept_b = b.conns.get(b.conns.serving(ta).unwrap()).unwrap().key();
         assert_eq!(kept_a, kept_b, "both keep the same connection");
         assert_eq!(a.conns.lingered(SUPERSEDED_LINGER_MS - 1).count(), 0);
         assert_eq!(a.conns.lingered(SUPERSEDED_LINGER_MS).count(), 1);
@@ -1227,13 +1325,13 @@ mod tests {
         let got = a.conns.on_control(i, &[0xff; 12], 0, &mut a.libs);
         assert!(matches!(got, Control::ProtocolError(_)));
         assert_eq!(a.conns.protocol_errors().len(), 1);
-        assert!(a.conns.get(i).closed_for().is_some());
+        assert!(a.conns.get(i).unwrap().closed_for().is_some());
         assert_eq!(
             a.conns.end(i, None, &mut a.libs),
             None,
             "never established: no Down"
         );
-        assert!(!a.conns.get(i).is_open());
+        assert!(!a.conns.get(i).unwrap().is_open());
         assert!(matches!(
             a.conns.on_control(i, &[0xff; 12], 0, &mut a.libs),
             Control::Handled

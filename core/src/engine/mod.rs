@@ -1,12 +1,22 @@
 //! Protocol decisions that every adapter makes the same way, made once here (sans-IO: no
 //! clock, no transport; the adapter passes the time in and carries out the answer).
 //!
-//! This is the first part of the protocol engine: the per-connection **deadlines** — the
-//! handshake deadline (P6, D5), the withdrawal-acknowledgement deadline (R7) and the heartbeat
-//! ([`Liveness`]) — what a peer's CLOSE asks of the adapter ([`after_peer_close`]), and the
-//! types every node shows its users: [`NodeError`] (generic over the transport's error),
-//! [`PeerEvent`], [`Counters`], [`LibId`], [`OpId`]. Both the mock and the UCX node run exactly
-//! this code.
+//! One [`Engine`] per node (feature `alloc`) holds the tables the decisions are made on:
+//! [`Connections`] (sessions, states, deadlines, route caches, the peer index, the peers gone;
+//! each connection named by a [`ConnId`] that never shifts nor comes back), [`Libraries`],
+//! [`Ops`] (operations, what each waits for — [`Pending`] — and D3's which-operations-end,
+//! [`Loss`]), [`Unpins`] (R7), [`Sweep`] (D2), [`Backlog`] (held namespaces). Beside them:
+//! the per-connection deadlines ([`Deadlines`], [`Liveness`]), what a peer's CLOSE asks of the
+//! adapter ([`after_peer_close`]), the send path ([`Connections::resolve`]), and the types
+//! every node shows its users: [`NodeError`] (generic over the transport's error),
+//! [`PeerEvent`], [`Counters`], [`LibId`], [`OpId`].
+//!
+//! What an adapter's `progress` owes the engine: the transport's events (a control frame, an
+//! endpoint failure, a request completed — [`Ops::completed`] with the key the transport names
+//! it by), then the operations [`Engine::due_ops`] names — only those, so that a call costs
+//! what happened, not what is pending (D6) — and the timed work [`Engine::poll_timeout`]
+//! schedules. Both the mock and the UCX node run this code; the order of the steps inside
+//! each node's `progress` is still the node's (not yet one `handle_*`/`poll_action` contract).
 //!
 //! ```
 //! use tagspace_core::engine::{Check, Deadlines, Expiry, LiveClock, Liveness, HANDSHAKE_TIMEOUT_MS};
@@ -198,8 +208,8 @@ pub use backlog::{Backlog, BacklogLimit, Held, HoldPass, HoldQueue, HOLD_LOOKS_P
 mod conns;
 #[cfg(feature = "alloc")]
 pub use conns::{
-    Blocked, Charge, Connection, Connections, Control, LinkState, PeerGone, PeerLimits, RouteMiss,
-    TokenHash, TokenHasher, GONE_PEERS_MAX, PROTOCOL_ERRORS_KEPT, SUPERSEDED_LINGER_MS,
+    Blocked, Charge, ConnId, Connection, Connections, Control, LinkState, PeerGone, PeerLimits,
+    RouteMiss, TokenHash, TokenHasher, GONE_PEERS_MAX, PROTOCOL_ERRORS_KEPT, SUPERSEDED_LINGER_MS,
 };
 #[cfg(feature = "alloc")]
 mod libraries;

@@ -7,8 +7,9 @@
 //! their transport [`wake`](Ops::wake)s, the sends waiting for a route when the routes
 //! changed, and those whose deadline passed ([`due`](Ops::due)) — never every pending one.
 
+use super::TokenHash;
 use super::{LibId, Libraries, NodeError, OpId};
-use alloc::collections::{BTreeMap, BTreeSet};
+use alloc::collections::BTreeSet;
 use alloc::vec::Vec;
 
 /// What a finished operation gives its caller: the data of a receive (`Some`), nothing for a
@@ -55,9 +56,14 @@ pub trait Pending {
     fn request(&self) -> Option<u64>;
 }
 
+/// The hash keys of the operation tables (fixed: their keys are not a peer's to choose).
+const OPS_HASH_KEYS: [u64; 2] = [0x9e37_79b9_7f4a_7c15, 0xbf58_476d_1ce4_e5b9];
+
 /// Operations started on one node, by id.
 pub struct Ops<T, E> {
-    ops: BTreeMap<OpId, Next<T, E>>,
+    /// Hashed, not ordered: every call is O(1) whatever the number of operations (ids are the
+    /// table's own, request keys the transport's — neither chosen by a peer).
+    ops: hashbrown::HashMap<OpId, Next<T, E>, TokenHash>,
     next: u64,
     /// Operations their transport reported since the last [`due`](Self::due) (a duplicate or a
     /// finished one costs one look, nothing else).
@@ -65,7 +71,7 @@ pub struct Ops<T, E> {
     /// Sends waiting for a route, by deadline.
     routes: BTreeSet<(u64, OpId)>,
     /// The operation each transport request in flight belongs to ([`Pending::request`]).
-    requests: BTreeMap<u64, OpId>,
+    requests: hashbrown::HashMap<u64, OpId, TokenHash>,
     /// The routes' epoch (see [`Connections::epoch`](super::Connections::epoch)) when the
     /// waiting sends were last tried.
     tried_at: u64,
@@ -74,11 +80,11 @@ pub struct Ops<T, E> {
 impl<T, E> Default for Ops<T, E> {
     fn default() -> Self {
         Ops {
-            ops: BTreeMap::new(),
+            ops: hashbrown::HashMap::with_hasher(TokenHash::new(OPS_HASH_KEYS)),
             next: 0,
             woken: Vec::new(),
             routes: BTreeSet::new(),
-            requests: BTreeMap::new(),
+            requests: hashbrown::HashMap::with_hasher(TokenHash::new(OPS_HASH_KEYS)),
             tried_at: 0,
         }
     }
@@ -209,11 +215,12 @@ impl<T, E> Ops<T, E> {
     /// Ids of the running operations `f` picks, oldest first (a loss, a release: O(running
     /// operations), once per such event).
     pub fn matching(&self, f: impl Fn(&T) -> bool) -> Vec<OpId> {
-        self.ops
-            .iter()
+        let mut ids: Vec<OpId> = (self.ops.iter())
             .filter(|(_, op)| matches!(op, Next::Wait(t) if f(t)))
             .map(|(id, _)| *id)
-            .collect()
+            .collect();
+        ids.sort_unstable();
+        ids
     }
 
     /// Running operation `id`.

@@ -2,7 +2,7 @@
 //! P2 — a send to a peer not connected yet, or to a name it has not announced yet, waits until
 //! its deadline, then fails with an error that says which.
 
-use super::{Blocked, Connections, LibId, Libraries, NodeError};
+use super::{Blocked, ConnId, Connections, LibId, Libraries, NodeError};
 use crate::error::TagError;
 use crate::namespace::{Namespace, Route};
 use alloc::vec::Vec;
@@ -47,8 +47,8 @@ impl Target {
 pub enum Resolved {
     /// On connection `conn`, as `dest`.
     Go {
-        /// The connection's index.
-        conn: usize,
+        /// The connection.
+        conn: ConnId,
         /// The tag or AM id.
         dest: Dest,
     },
