@@ -412,6 +412,15 @@ impl Fabric {
         }
     }
 
+    /// Whether worker `w` has a finished send or receive not taken yet ([`completed`]).
+    ///
+    /// [`completed`]: Self::completed
+    pub fn has_completed(&self, w: WorkerId) -> bool {
+        self.workers
+            .get(w.0)
+            .is_some_and(|x| !x.completed.is_empty())
+    }
+
     /// The sends and receives of worker `w` finished since the last call, oldest first.
     pub fn completed(&mut self, w: WorkerId) -> Option<Completed> {
         self.worker(w).ok()?.completed.pop_front()

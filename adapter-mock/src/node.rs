@@ -305,6 +305,9 @@ impl Node {
     /// (the core engine's `poll_timeout`, as on UCX); `None`: nothing is timed.
     pub fn poll_timeout_ms(&self, fab: &Fabric) -> Option<u64> {
         let now = fab.now_ms();
+        if fab.has_completed(self.worker) {
+            return Some(0); // an operation's request finished: due now, as on UCX
+        }
         let at = self.engine.poll_timeout(now);
         let held = (self.engine.owner != QueueOwner::HOST)
             .then(|| self.backlog.next_ms())

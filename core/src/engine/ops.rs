@@ -4,7 +4,8 @@
 //!
 //! D6: the table knows what each running operation waits for ([`Pending`]), so that a
 //! node's `progress` moves along only the operations something happened to — the ones
-//! their transport [`wake`](Ops::wake)s, the sends waiting for a route when the routes
+//! whose request their transport [`completed`](Ops::completed), the sends waiting for a route
+//! when the routes
 //! changed, and those whose deadline passed ([`due`](Ops::due)) — never every pending one.
 
 use super::TokenHash;
@@ -47,7 +48,7 @@ impl<T, E> Next<T, E> {
 pub trait Pending {
     /// The deadline (adapter time) of a send waiting for a route (P2): it is tried again when
     /// the routes change and at this deadline. `None`: it waits for its transport request,
-    /// whose completion the adapter reports with [`Ops::wake`].
+    /// whose completion the adapter reports with [`Ops::completed`].
     fn route_deadline(&self) -> Option<u64>;
 
     /// The transport request it waits on, by the key the transport's completions name it by
@@ -139,14 +140,9 @@ impl<T: Pending, E> Ops<T, E> {
         self.ops.insert(id, op);
     }
 
-    /// The transport has news of running operation `id` (its request completed, failed or
-    /// was cancelled): [`due`](Self::due) hands it out.
-    pub fn wake(&mut self, id: OpId) {
-        self.woken.push(id);
-    }
-
-    /// The transport completed request `key` ([`Pending::request`]): its operation, if one
-    /// still waits on it, is woken. A key nobody holds (a request dropped meanwhile) is
+    /// The transport completed request `key` ([`Pending::request`]) — with data, an error or a
+    /// cancel: its operation, if one still waits on it, is woken ([`due`](Self::due) hands it
+    /// out). A key nobody holds (a request dropped meanwhile) is
     /// ignored; one reused by a later request wakes that one for nothing — it is only looked
     /// at.
     pub fn completed(&mut self, key: u64) {
@@ -365,15 +361,17 @@ mod tests {
         let other_request = ops.start(Next::Wait(6));
         let waits_3 = ops.start(Next::Wait(3));
         let waits_7 = ops.start(Next::Wait(7));
-        let many: Vec<OpId> = (0..1000).map(|_| ops.start(Next::Wait(4))).collect();
+        let many: Vec<OpId> = (0..100u8)
+            .map(|k| ops.start(Next::Wait(8 + 2 * k)))
+            .collect();
         assert_eq!(ops.due(0, 0), [], "nothing happened: nothing to look at");
         assert_eq!(ops.next_due(0), Some(3));
-        ops.wake(request);
-        ops.wake(request);
+        ops.completed(2);
+        ops.completed(2);
         assert_eq!(ops.next_due(0), Some(0), "woken: due now");
         assert_eq!(ops.due(0, 0), [request], "woken once, handed out once");
         ops.completed(6);
-        ops.completed(12);
+        ops.completed(255);
         assert_eq!(
             ops.due(0, 0),
             [other_request],
@@ -399,11 +397,14 @@ mod tests {
         assert_eq!(ops.remove(waits_3), Some(3));
         assert_eq!(ops.next_due(1), Some(7));
         ops.put(waits_3, Next::Done(Ok(None)));
-        ops.wake(waits_3);
-        ops.wake(many[500]);
+        // A completion reported for one that finished meanwhile (taken by its caller).
+        ops.completed(2);
+        assert_eq!(ops.remove(request), Some(2));
+        ops.put(request, Next::Done(Ok(None)));
+        ops.completed(108);
         assert_eq!(
             ops.due(100, 1),
-            [waits_7, many[500]],
+            [waits_7, many[50]],
             "a finished one is not due"
         );
         assert_eq!(ops.forget(waits_7), Some(7));
