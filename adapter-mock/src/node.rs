@@ -16,12 +16,12 @@ use crate::fabric::{
     Completed, EpId, Fabric, FabricError, ProcessId, RecvId, SendId, WorkerEvent, WorkerId,
 };
 use tagspace_core::engine::{
-    self, AfterClose, AmDelivery, Blocked, Charge, Check, ConnId, Control, Dest, Ending, Expiry,
-    Liveness, Loss, Next, PeerGone, PeerLimits, QueueOwner, Resolved, StrayQueue, Target, Waiting,
+    self, Action, AmDelivery, Blocked, Charge, CloseHow, ConnId, Dest, Liveness, Next, PeerLimits,
+    QueueOwner, Resolved, StrayQueue, Target, Waiting, Why,
 };
 use tagspace_core::session::SessionError;
 use tagspace_core::wellknown::CONTROL_ID;
-use tagspace_core::wire::{CloseReason, Role, MAX_FRAME_LEN};
+use tagspace_core::wire::{Role, MAX_FRAME_LEN};
 use tagspace_core::{Identity, Namespace, Registry, TagLayout};
 
 /// Registry capacity of a simulated process.
@@ -549,12 +549,9 @@ impl Node {
         self.stray += queue.forged;
         self.forged += queue.forged;
         for &peer in &pass.floods {
-            for id in self.engine.conns.open_to(peer) {
-                self.flood_closes += 1;
-                self.engine.conns.cut_off(id, Some(CloseReason::Flood));
-                self.end_conn(fab, id);
-            }
+            self.engine.handle_flooded(peer);
         }
+        self.carry_out(fab);
     }
 
     /// Whether `tag` (taken by a receive from any peer) carries a pair value no proven peer was
@@ -697,14 +694,8 @@ impl Node {
                 WorkerEvent::Accepted(ep) => self.add_conn(ep, Role::Acceptor),
                 WorkerEvent::EndpointError(ep, e) => {
                     if let Some(i) = self.engine.conns.find(ep, |c| !c.io.closed) {
-                        let gone = self.engine.conns.failed(i, e, &mut self.engine.libs);
-                        let mut peer = 0;
-                        if let Some(c) = self.engine.conns.get_mut(i) {
-                            c.io.closed = true;
-                            peer = c.peer().unwrap_or(0);
-                        }
-                        self.lost(fab, Loss::Failed { key: ep }, peer, Some(e));
-                        self.peer_gone(fab, gone);
+                        self.engine.handle_failed(i, e);
+                        self.carry_out(fab);
                     }
                 }
             }
@@ -724,8 +715,8 @@ impl Node {
         }
         self.take_ack_tags(fab);
         self.flush(fab);
-        self.expire_deadlines(fab);
-        self.end_lingering(fab);
+        self.engine.handle_timeout(fab.now_ms());
+        self.carry_out(fab);
         let now = fab.now_ms();
         self.engine
             .conns
@@ -751,30 +742,9 @@ impl Node {
     }
 
     fn on_control(&mut self, fab: &mut Fabric, ep: EpId, bytes: &[u8]) {
-        let Some(i) = self.engine.conns.find(ep, |c| !c.io.closed) else {
-            return;
-        };
-        match self
-            .engine
-            .conns
-            .on_control(i, bytes, fab.now_ms(), &mut self.engine.libs)
-        {
-            Control::Handled => {}
-            Control::Established { peer, superseded } => {
-                self.backlog.proven(peer);
-                // P4: each loser's CLOSE goes out; its endpoint stays open for the linger.
-                for k in superseded {
-                    self.flush_conn(fab, k);
-                }
-            }
-            Control::PeerClosed(AfterClose::Linger) => {}
-            Control::PeerClosed(AfterClose::AbandonAndClose) => {
-                self.abandon_ops(fab, i);
-                self.end_conn(fab, i)
-            }
-            Control::PeerClosed(AfterClose::Close) => self.end_conn(fab, i),
-            // The session queued a CLOSE naming the reason: `end_conn` sends it, then closes.
-            Control::ProtocolError(_) => self.end_conn(fab, i),
+        if let Some(i) = self.engine.conns.find(ep, |c| !c.io.closed) {
+            self.engine.handle_control(i, bytes, fab.now_ms());
+            self.carry_out(fab);
         }
     }
 
@@ -784,63 +754,47 @@ impl Node {
         let Some(i) = self.engine.conns.find(ep, |c| !c.io.closed && c.is_open()) else {
             return true;
         };
-        if self
-            .engine
-            .conns
-            .charge(i, fab.now_ms(), what, self.engine.limits)
-        {
-            return true;
-        }
-        self.flood_closes += 1;
-        self.engine.conns.cut_off(i, Some(CloseReason::Flood));
-        self.end_conn(fab, i);
-        false
+        let ok = self.engine.handle_charge(i, fab.now_ms(), what);
+        self.carry_out(fab);
+        ok
     }
 
-    /// Ends connection `i` in order: what its session queued (a CLOSE) goes out, then its
-    /// endpoint closes.
-    fn end_conn(&mut self, fab: &mut Fabric, i: ConnId) {
-        self.flush_conn(fab, i);
-        let gone = self.engine.conns.end(i, None, &mut self.engine.libs);
-        self.close_ep(fab, i);
-        self.peer_gone(fab, gone);
-    }
-
-    /// An unresponsive connection (here or at the peer): its sends, and the receives waiting
-    /// for its peer if it is the peer's last connection, end now with `PeerDown` — as on UCX.
-    fn abandon_ops(&mut self, fab: &mut Fabric, i: ConnId) {
-        let Some(c) = self.engine.conns.get(i) else {
-            return;
-        };
-        let (key, peer) = (c.key(), c.peer());
-        let last = peer.is_some_and(|p| self.engine.conns.live_to(p) <= 1);
-        let loss = Loss::Unresponsive { key, peer, last };
-        self.lost(fab, loss, peer.unwrap_or(0), None);
-    }
-
-    /// D3, as the engine decides it: the operations `loss` leaves unfinishable end.
-    fn lost(&mut self, fab: &mut Fabric, loss: Loss<EpId>, peer: u64, cause: Option<FabricError>) {
-        for (id, how) in self.engine.ops.affected_by(loss) {
-            match how {
-                Ending::End => self.end_for_peer(fab, id, peer, cause),
-                Ending::Cancel => self.cancel_for_peer(fab, id, peer),
+    /// Carries out everything the engine asked for, in its order.
+    fn carry_out(&mut self, fab: &mut Fabric) {
+        while let Some(action) = self.engine.poll_action() {
+            match action {
+                Action::Transmit(i) => self.flush_conn(fab, i),
+                Action::Close { conn, how, why } => self.close(fab, conn, how, why),
+                Action::End { op, peer, cause } => self.end_op(fab, op, peer, cause),
+                Action::Cancel { op, peer } => self.cancel_op(fab, op, peer),
+                Action::Proven { peer } => self.backlog.proven(peer),
             }
         }
     }
 
-    /// `peer` has no connection left: the receives that said they wait for it end (it failed)
-    /// or are cancelled (it closed in order; one already matched completes).
-    fn peer_gone(&mut self, fab: &mut Fabric, gone: Option<PeerGone<FabricError>>) {
-        if let Some(PeerGone { peer, cause }) = gone {
-            let failed = cause.is_some();
-            self.lost(fab, Loss::PeerGone { peer, failed }, peer, cause);
+    /// The one way a connection's endpoint closes: in order (the fabric delivers what was
+    /// sent first), or at once after a failure.
+    fn close(&mut self, fab: &mut Fabric, i: ConnId, how: CloseHow, why: Why) {
+        match why {
+            Why::Expired(_) => self.deadline_closes += 1,
+            Why::Flood => self.flood_closes += 1,
+            _ => {}
+        }
+        let Some(c) = self.engine.conns.get_mut(i) else {
+            return;
+        };
+        let io = &mut c.io;
+        if !io.closed {
+            io.closed = true;
+            if how == CloseHow::Orderly {
+                fab.ep_close(io.ep);
+            }
         }
     }
 
-    /// Ends an operation that can only finish through `peer`, which went down: its result if
-    /// the fabric already has one (a send's failure is `PeerDown` too, as on UCX), else
-    /// `PeerDown` (a receive is cancelled).
-    fn end_for_peer(&mut self, fab: &mut Fabric, id: OpId, peer: u64, cause: Option<FabricError>) {
+    /// The one way an operation ends early (D3): its result if the fabric already has one (a
+    /// send's failure is `PeerDown` too, as on UCX), else `PeerDown` (a receive is cancelled).
+    fn end_op(&mut self, fab: &mut Fabric, id: OpId, peer: u64, cause: Option<FabricError>) {
         let down = NodeError::PeerDown { peer, cause };
         let (lib, r, sent) = match self.engine.ops.remove(id) {
             Some(Op::Sending { lib, send, .. }) => match fab.send_take(send) {
@@ -866,7 +820,7 @@ impl Node {
 
     /// A receive waiting for `peer`, which closed in order: cancelled (`PeerDown` with no
     /// cause, as UCX's cancel gives on that node) unless it has already matched.
-    fn cancel_for_peer(&mut self, fab: &mut Fabric, id: OpId, peer: u64) {
+    fn cancel_op(&mut self, fab: &mut Fabric, id: OpId, peer: u64) {
         let Some(Op::Receiving { lib, recv, .. }) = self.engine.ops.get(id) else {
             return;
         };
@@ -876,25 +830,6 @@ impl Node {
             let down = NodeError::PeerDown { peer, cause: None };
             let done = self.finish(lib, Err(down), false);
             self.engine.ops.put(id, done);
-        }
-    }
-
-    fn close_ep(&mut self, fab: &mut Fabric, i: ConnId) {
-        let Some(c) = self.engine.conns.get_mut(i) else {
-            return;
-        };
-        let io = &mut c.io;
-        if !io.closed {
-            io.closed = true;
-            fab.ep_close(io.ep);
-        }
-    }
-
-    /// P4: superseded connections' endpoints close once their linger is over.
-    fn end_lingering(&mut self, fab: &mut Fabric) {
-        let done: Vec<ConnId> = self.engine.conns.lingered(fab.now_ms()).collect();
-        for i in done {
-            self.close_ep(fab, i);
         }
     }
 
@@ -960,26 +895,6 @@ impl Node {
         self.stray += pass.strays;
     }
 
-    /// The connection deadlines, decided by the core engine exactly as on the UCX node.
-    fn expire_deadlines(&mut self, fab: &mut Fabric) {
-        let due =
-            self.engine
-                .conns
-                .sweep(&mut self.engine.live, fab.now_ms(), self.engine.liveness);
-        for (i, check) in due {
-            if let Check::Expired(why) = check {
-                self.deadline_closes += 1;
-                if why == Expiry::Unresponsive {
-                    self.abandon_ops(fab, i);
-                }
-                self.engine.conns.cut_off(i, Some(why.reason()));
-                self.end_conn(fab, i);
-            } else {
-                self.flush_conn(fab, i); // a PING was queued
-            }
-        }
-    }
-
     fn flush(&mut self, fab: &mut Fabric) {
         for id in self.engine.conns.ids() {
             if self.engine.conns.get(id).is_some_and(|c| c.is_open()) {
@@ -1002,14 +917,8 @@ impl Node {
     /// Closes every connection (orderly CLOSE).
     pub fn shutdown(&mut self, fab: &mut Fabric) {
         drop(self.backlog.clear());
-        for id in self.engine.conns.ids() {
-            if self.engine.conns.get(id).is_some_and(|c| c.is_open()) {
-                self.engine.conns.cut_off(id, Some(CloseReason::Normal));
-                self.end_conn(fab, id);
-            } else {
-                self.close_ep(fab, id);
-            }
-        }
+        self.engine.close_all();
+        self.carry_out(fab);
     }
 }
 

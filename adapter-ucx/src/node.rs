@@ -39,8 +39,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tagspace_core::engine::{
-    self, AfterClose, Blocked, Charge, Check, ConnId, Control, Dest, Ending, Expiry, LinkState,
-    Loss, Next, QueueOwner, Resolved, StrayQueue, Target, Waiting,
+    self, Action, Blocked, Charge, CloseHow, ConnId, Dest, Expiry, Next, QueueOwner, Resolved,
+    StrayQueue, Target, Waiting, Why,
 };
 use tagspace_core::identity::Identity;
 use tagspace_core::namespace::Route;
@@ -787,8 +787,8 @@ impl Node {
             .conns
             .add(key, role, &self.identity, layout, now, live, io);
         if let Some(e) = failed {
-            self.engine.conns.failed(i, e, &mut self.engine.libs);
-            self.fail_ep(i, e);
+            self.engine.handle_failed(i, e);
+            self.carry_out();
         }
     }
 
@@ -874,17 +874,13 @@ impl Node {
             op: "endpoint detached by the host",
             status: Status::CANCELED,
         };
-        if let Some(c) = (self.engine.conns.find(key, |c| c.io.ep.is_some()))
-            .and_then(|i| self.engine.conns.get(i))
-        {
-            match (c.is_open(), c.id()) {
-                (true, i) => self.cut_off(i, Some(CloseReason::Normal)),
-                (false, i) => self.retire_ep(i),
-            }
+        if let Some(i) = self.engine.conns.find(key, |c| c.io.ep.is_some()) {
+            self.engine.close(i, Some(CloseReason::Normal));
+            self.carry_out();
         }
         if let Some(j) = self.closing.iter().position(|c| c.key == key) {
             let c = self.closing.swap_remove(j);
-            self.abandon_ep(c.key, c.ep, c.waits, c.peer, detached);
+            self.abandon_closing(c, detached);
         }
         self.take_unattached(key);
         Ok(())
@@ -1411,11 +1407,9 @@ impl Node {
                 "peer left more messages waiting than its backlog limit; closing its connections"
             );
             self.stats.backlog_floods += 1;
-            self.stats.flood_closes += 1;
-            for i in self.engine.conns.open_to(peer) {
-                self.cut_off(i, Some(CloseReason::Flood));
-            }
+            self.engine.handle_flooded(peer);
         }
+        self.carry_out();
         took
     }
 
@@ -1679,8 +1673,8 @@ impl Node {
         for c in self.engine.conns.iter_mut() {
             c.io.ctl_inflight.retain_mut(|r| r.test().is_none());
         }
-        self.end_lingering();
-        self.expire_deadlines();
+        self.engine.handle_timeout(self.clock.now_ms());
+        self.carry_out();
         self.close_retired();
         self.background.retain_mut(|r| r.test().is_none());
         let now = self.clock.now_ms();
@@ -1771,89 +1765,116 @@ impl Node {
             // Failed while being closed in order: stop waiting for its requests.
             let c = self.closing.swap_remove(j);
             tracing::debug!(error = %e, "endpoint failed while closing");
-            self.abandon_ep(c.key, c.ep, c.waits, c.peer, e);
+            self.abandon_closing(c, e);
             return;
         }
         let Some(i) = self.engine.conns.find(key, |c| c.io.ep.is_some()) else {
             return;
         };
-        let Some(c) = self.engine.conns.get(i) else {
-            return;
-        };
-        if let LinkState::Superseded { .. } = c.state() {
-            // The peer closed its side of a superseded connection: expected, not a failure.
-            self.fail_ep(i, e);
-            return;
-        }
-        self.stats.endpoint_failures += 1;
-        tracing::warn!(peer = ?c.peer(), error = %e, "endpoint failed");
-        let gone = self.engine.conns.failed(i, e, &mut self.engine.libs);
-        self.fail_ep(i, e);
-        if let Some(gone) = gone {
-            self.peer_gone(gone);
-        }
+        tracing::debug!(error = %e, "endpoint failed");
+        self.engine.handle_failed(i, e);
+        self.carry_out();
     }
 
-    /// D3 for one failed endpoint: every send on it fails now (UCX may keep a failed
-    /// endpoint's requests in progress for ever — a shared-memory lane to a dead peer is never
-    /// discarded), and the endpoint is force-closed at once.
-    fn fail_ep(&mut self, i: ConnId, e: UcxError) {
-        let Some(c) = self.engine.conns.get_mut(i) else {
-            return;
-        };
-        let (key, peer) = (c.key(), c.peer());
-        let io = &mut c.io;
-        let waits = std::mem::take(&mut io.ctl_inflight);
-        if let Wire::Flushing(_) = io.wire {
-            io.wire = Wire::Ready;
-        }
-        io.early.clear();
-        if let Some(ep) = io.ep.take() {
-            self.abandon_ep(key, ep, waits, peer, e);
-        }
-    }
-
-    fn abandon_ep(
-        &mut self,
-        key: EpKey,
-        ep: Endpoint,
-        waits: Vec<Request>,
-        peer: Option<u64>,
-        e: UcxError,
-    ) {
-        let peer = peer.unwrap_or(0);
-        for (id, _) in self.engine.ops.affected_by(Loss::Failed { key }) {
-            self.end_for_peer(id, peer, Some(e));
-        }
-        drop(waits);
+    /// An endpoint being closed in order will not finish (it failed, or the host took it
+    /// back): the sends still in flight on it end, and it is force-closed.
+    fn abandon_closing(&mut self, c: Closing, e: UcxError) {
+        self.engine.handle_retired_failed(c.key, c.peer, e);
+        self.carry_out();
+        drop(c.waits);
         // Dropping the close request leaves it to UCX (it frees it when done).
-        drop(ep.close(true));
+        drop(c.ep.close(true));
     }
 
-    /// `peer` has no connection left (the engine has told the listening libraries): end the
-    /// receives that said they wait for it ([`Node::recv_from`]).
-    fn peer_gone(&mut self, gone: engine::PeerGone<UcxError>) {
-        let engine::PeerGone { peer, cause } = gone;
-        let failed = cause.is_some();
-        for (id, how) in self.engine.ops.affected_by(Loss::PeerGone { peer, failed }) {
-            match how {
-                Ending::End => self.end_for_peer(id, peer, cause),
-                // Orderly close: UCX's cancel (a matched receive still completes).
-                Ending::Cancel => {
-                    if let Some(Op::Receiving { req, .. }) = self.engine.ops.get(id) {
+    /// Carries out everything the engine asked for, in its order.
+    fn carry_out(&mut self) {
+        while let Some(action) = self.engine.poll_action() {
+            match action {
+                Action::Transmit(i) => {
+                    self.flush_conn(i);
+                }
+                Action::Close { conn, how, why } => self.close(conn, how, why),
+                Action::End { op, peer, cause } => self.end_op(op, peer, cause),
+                // Orderly close: UCX's cancel (a matched receive still completes); the
+                // cancelled receive ends as `PeerDown` when UCX reports it.
+                Action::Cancel { op, .. } => {
+                    if let Some(Op::Receiving { req, .. }) = self.engine.ops.get(op) {
                         req.cancel();
                     }
+                }
+                Action::Proven { peer } => {
+                    tracing::info!(peer, "connection established");
+                    self.backlog.proven(peer);
                 }
             }
         }
     }
 
-    /// Ends a send or receive that can only finish through `peer`, which went down (D3): its
-    /// result if UCX has already finished it, else `PeerDown`. A request still in progress —
-    /// UCX may never finish it, e.g. one matched to the dead peer's rendezvous — is dropped:
-    /// a receive is cancelled, and either is parked with its buffer on the worker until UCX is
-    /// done with it.
-    fn end_for_peer(&mut self, id: OpId, peer: u64, cause: Option<UcxError>) {
+    /// The one way a connection's endpoint closes. Orderly: taken out of service and closed
+    /// once its requests have finished ([`close_retired`](Self::close_retired)). Forced (its
+    /// transport failed; D3): what it has in flight is given up — UCX may keep a failed
+    /// endpoint's requests in progress for ever (a shared-memory lane to a dead peer is never
+    /// discarded) — and it is force-closed at once.
+    fn close(&mut self, i: ConnId, how: CloseHow, why: Why) {
+        let Some(c) = self.engine.conns.get_mut(i) else {
+            return;
+        };
+        let (key, peer) = (c.key(), c.peer());
+        let claimed = c.session().claimed_token();
+        count_close(&mut self.stats, why);
+        match why {
+            Why::Flood => tracing::warn!(
+                ?peer,
+                limits = ?self.engine.limits,
+                "peer sent more than its limits allow; closing its connection"
+            ),
+            Why::ProtocolError(error) => tracing::warn!(
+                ?peer,
+                %error,
+                "protocol error from peer; closing its connection"
+            ),
+            Why::Expired(expiry) => tracing::warn!(
+                ?peer,
+                ?claimed,
+                ?expiry,
+                "connection deadline passed; closing the connection"
+            ),
+            Why::Failed => tracing::warn!(?peer, "endpoint failed"),
+            Why::PeerClosed(reason) => {
+                tracing::info!(?peer, ?reason, "peer closed the connection")
+            }
+            Why::Superseded | Why::Local => tracing::debug!(?peer, ?why, "closing a connection"),
+        }
+        let io = &mut c.io;
+        let Some(ep) = io.ep.take() else {
+            return;
+        };
+        let waits = std::mem::take(&mut io.ctl_inflight);
+        match how {
+            CloseHow::Orderly => self.closing.push(Closing {
+                key,
+                ep,
+                peer,
+                waits,
+            }),
+            CloseHow::Forced => {
+                if let Wire::Flushing(_) = io.wire {
+                    io.wire = Wire::Ready;
+                }
+                io.early.clear();
+                drop(waits);
+                // Dropping the close request leaves it to UCX (it frees it when done).
+                drop(ep.close(true));
+            }
+        }
+    }
+
+    /// The one way an operation ends early (D3), a send or receive that can only finish
+    /// through `peer`, which went down: its result if UCX has already finished it, else
+    /// `PeerDown`. A request still in progress — UCX may never finish it, e.g. one matched to
+    /// the dead peer's rendezvous — is dropped: a receive is cancelled, and either is parked
+    /// with its buffer on the worker until UCX is done with it.
+    fn end_op(&mut self, id: OpId, peer: u64, cause: Option<UcxError>) {
         let (lib, mut req, sent) = match self.engine.ops.remove(id) {
             Some(Op::Sending { lib, req, .. }) => (lib, req, true),
             Some(Op::Receiving { lib, req, .. }) => (lib, req, false),
@@ -1969,22 +1990,9 @@ impl Node {
         else {
             return true;
         };
-        if self
-            .engine
-            .conns
-            .charge(i, self.clock.now_ms(), what, self.engine.limits)
-        {
-            return true;
-        }
-        tracing::warn!(
-            peer = ?self.engine.conns.get(i).and_then(|c| c.peer()),
-            ?what,
-            limits = ?self.engine.limits,
-            "peer sent more than its per-second limit; closing its connection"
-        );
-        self.stats.flood_closes += 1;
-        self.cut_off(i, Some(CloseReason::Flood));
-        false
+        let ok = self.engine.handle_charge(i, self.clock.now_ms(), what);
+        self.carry_out();
+        ok
     }
 
     fn on_control(&mut self, key: EpKey, bytes: &[u8]) {
@@ -2012,7 +2020,8 @@ impl Node {
                     "peer sent too many control frames before wire-up; closing its connection"
                 );
                 self.stats.early_overflows += 1;
-                self.close_conn(i, None);
+                self.engine.close(i, None);
+                self.carry_out();
                 return;
             }
             io.early_bytes += bytes.len();
@@ -2022,95 +2031,10 @@ impl Node {
         self.on_control_at(i, bytes);
     }
 
-    /// Carries out what the engine decided for a control frame on connection `i`.
+    /// Hands a control frame on connection `i` to the engine and carries out what it decided.
     fn on_control_at(&mut self, i: ConnId, bytes: &[u8]) {
-        match self
-            .engine
-            .conns
-            .on_control(i, bytes, self.clock.now_ms(), &mut self.engine.libs)
-        {
-            Control::Handled => {}
-            Control::Established { peer, superseded } => {
-                tracing::info!(peer, "connection established");
-                self.backlog.proven(peer);
-                for k in superseded {
-                    tracing::info!(
-                        peer,
-                        "duplicate connection superseded (simultaneous connect)"
-                    );
-                    self.flush_conn(k); // its CLOSE; the endpoint lingers
-                }
-            }
-            Control::PeerClosed(then) => {
-                let c = self.engine.conns.get(i);
-                tracing::info!(
-                    peer = ?c.and_then(|c| c.peer()),
-                    reason = ?c.and_then(|c| c.closed_for()),
-                    "peer closed the connection"
-                );
-                match then {
-                    // The peer settled the duplicate first: out of service, lingering.
-                    AfterClose::Linger => {}
-                    AfterClose::AbandonAndClose => {
-                        self.abandon_ops(i);
-                        self.close_conn(i, None);
-                    }
-                    AfterClose::Close => self.close_conn(i, None),
-                }
-            }
-            Control::ProtocolError(e) => {
-                // The session queued a CLOSE naming the reason; flush sends it, then we close.
-                tracing::warn!(error = %e, "protocol error from peer; closing its connection");
-                self.stats.protocol_errors += 1;
-                if matches!(e, SessionError::Unproven { .. }) {
-                    self.stats.unproven += 1;
-                }
-                self.cut_off(i, None);
-            }
-        }
-    }
-
-    /// Connection `i` ended (`cause`: the failure, `None` for a close): its endpoint is
-    /// retired, and if it was the peer's last, what waits for the peer ends.
-    fn close_conn(&mut self, i: ConnId, cause: Option<UcxError>) {
-        let gone = self.engine.conns.end(i, cause, &mut self.engine.libs);
-        self.retire_ep(i);
-        if let Some(gone) = gone {
-            self.peer_gone(gone);
-        }
-    }
-
-    /// An unresponsive connection (no PONG in time, here or at the peer): what is in flight on
-    /// it may never finish — UCX keeps a send to a receive queue nobody reads pending for ever,
-    /// and its orderly close waits for it — so its sends, and the receives that wait for its
-    /// peer if this is the peer's last connection, end now with `PeerDown` (their requests
-    /// are parked until UCX lets them go, as for a failed endpoint, D3).
-    fn abandon_ops(&mut self, i: ConnId) {
-        let Some(c) = self.engine.conns.get(i) else {
-            return;
-        };
-        let (key, peer) = (c.key(), c.peer());
-        let last = peer.is_some_and(|p| self.live_connections_to(p) <= 1);
-        let loss = Loss::Unresponsive { key, peer, last };
-        for (id, _) in self.engine.ops.affected_by(loss) {
-            self.end_for_peer(id, peer.unwrap_or(0), None);
-        }
-    }
-
-    /// Takes the endpoint out of service; it is closed once its requests have finished.
-    fn retire_ep(&mut self, i: ConnId) {
-        let Some(c) = self.engine.conns.get_mut(i) else {
-            return;
-        };
-        let (key, peer) = (c.key(), c.peer());
-        if let Some(ep) = c.io.ep.take() {
-            self.closing.push(Closing {
-                key,
-                ep,
-                peer,
-                waits: std::mem::take(&mut c.io.ctl_inflight),
-            });
-        }
+        self.engine.handle_control(i, bytes, self.clock.now_ms());
+        self.carry_out();
     }
 
     /// Closes retired endpoints whose requests have all finished.
@@ -2142,53 +2066,6 @@ impl Node {
         }
     }
 
-    /// Closes connection `i` in order: the session's CLOSE (with `reason`, or the one the
-    /// session already queued) goes out after anything queued before it, then the endpoint
-    /// closes. The one way a node cuts a peer off.
-    fn cut_off(&mut self, i: ConnId, reason: Option<CloseReason>) {
-        self.engine.conns.cut_off(i, reason);
-        self.flush_conn(i);
-        self.close_conn(i, None);
-    }
-
-    /// The per-connection deadlines, one pass:
-    /// - a handshake not completed in [`HANDSHAKE_TIMEOUT_MS`]: a peer that never says hello,
-    ///   or never proves the identity it claimed (P6), cannot keep a connection (and its
-    ///   session's memory) for ever (D5);
-    /// - withdrawals left unacknowledged for [`ACK_TIMEOUT_MS`] with none arriving meanwhile
-    ///   (R7): cutting the peer off gives its pins back, so it cannot keep ids quarantined;
-    /// - the heartbeat ([`Liveness`]): a PING due goes out, one unanswered for too long closes
-    ///   the connection.
-    fn expire_deadlines(&mut self) {
-        let now = self.clock.now_ms();
-        let due = self
-            .engine
-            .conns
-            .sweep(&mut self.engine.live, now, self.engine.liveness);
-        for (i, check) in due {
-            let Check::Expired(why) = check else {
-                self.flush_conn(i); // a PING was queued
-                continue;
-            };
-            let c = self.engine.conns.get(i);
-            tracing::warn!(
-                peer = ?c.and_then(|c| c.peer()),
-                claimed = ?c.and_then(|c| c.session().claimed_token()),
-                ?why,
-                "connection deadline passed; closing the connection"
-            );
-            match why {
-                Expiry::Handshake(_) => self.stats.handshake_timeouts += 1,
-                Expiry::Acks => self.stats.ack_timeouts += 1,
-                Expiry::Unresponsive => {
-                    self.stats.liveness_timeouts += 1;
-                    self.abandon_ops(i);
-                }
-            }
-            self.cut_off(i, Some(why.reason()));
-        }
-    }
-
     /// Test hook: this node stops acknowledging `peer`'s withdrawals (both halves), as a peer
     /// that never answers would.
     #[doc(hidden)]
@@ -2198,14 +2075,6 @@ impl Node {
             c.io.withhold_acks = true;
         }
         Ok(())
-    }
-
-    fn end_lingering(&mut self) {
-        let now = self.clock.now_ms();
-        let over: Vec<ConnId> = self.engine.conns.lingered(now).collect();
-        for i in over {
-            self.retire_ep(i); // once: it takes the endpoint
-        }
     }
 
     fn flush_conn(&mut self, i: ConnId) -> bool {
@@ -2443,13 +2312,8 @@ impl Node {
         // Held messages first, while their senders' endpoints are open: a rendezvous sender
         // is let go (received into a few bytes, as a stray).
         drop(self.backlog.clear());
-        for i in self.engine.conns.ids() {
-            match self.engine.conns.get(i).map(|c| c.state()) {
-                Some(LinkState::Open) => self.cut_off(i, Some(CloseReason::Normal)),
-                Some(LinkState::Superseded { .. }) => self.retire_ep(i),
-                Some(LinkState::Down(_)) | None => {}
-            }
-        }
+        self.engine.close_all();
+        self.carry_out();
         let start = Instant::now();
         while !(self.background.is_empty() && self.closing.is_empty())
             && start.elapsed().as_millis() < timeout_ms as u128
@@ -2557,6 +2421,24 @@ impl engine::HoldQueue<Message> for Strays<'_> {
 }
 
 /// Counts a stray of namespace id `id` (`forged`: a pair value no proven peer was given).
+/// Counts a connection's close in the stats by why it closed.
+fn count_close(stats: &mut NodeStats, why: Why) {
+    match why {
+        Why::Flood => stats.flood_closes += 1,
+        Why::ProtocolError(e) => {
+            stats.protocol_errors += 1;
+            if matches!(e, SessionError::Unproven { .. }) {
+                stats.unproven += 1;
+            }
+        }
+        Why::Expired(Expiry::Handshake(_)) => stats.handshake_timeouts += 1,
+        Why::Expired(Expiry::Acks) => stats.ack_timeouts += 1,
+        Why::Expired(Expiry::Unresponsive) => stats.liveness_timeouts += 1,
+        Why::Failed => stats.endpoint_failures += 1,
+        Why::PeerClosed(_) | Why::Superseded | Why::Local => {}
+    }
+}
+
 fn count_stray(stats: &mut NodeStats, by_id: &mut [u64], id: u16, forged: bool) {
     stats.stray += 1;
     stats.forged += u64::from(forged);

@@ -112,6 +112,8 @@ pub struct Connection<K, X, E, const CAP: usize> {
     /// that the send path's tag is one check and one OR.
     routes: Vec<Option<(Route, u64)>>,
     told_up: bool,
+    /// Its endpoint was handed back for closing at the end of its linger (P4).
+    retired: bool,
     closed_for: Option<CloseReason>,
     window: Window,
     /// The adapter's transport state (its endpoint, requests in flight, …).
@@ -193,8 +195,8 @@ pub enum Control {
     Handled,
     /// The connection is established with `peer`. Those in `superseded` lost the tie-break
     /// (P4): each has queued its CLOSE and is out of service; the adapter flushes them and
-    /// keeps their endpoints open for the linger ([`Connections::lingered`] says when it is
-    /// over).
+    /// keeps their endpoints open for the linger ([`Connections::take_lingered`] says when it
+    /// is over).
     Established {
         /// The proven peer.
         peer: u64,
@@ -558,6 +560,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
             deadlines: Deadlines::new(now_ms, live_ms),
             routes: Vec::new(),
             told_up: false,
+            retired: false,
             closed_for: None,
             window: Window {
                 start_ms: now_ms,
@@ -896,13 +899,31 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         };
     }
 
-    /// Superseded connections whose linger is over at `now_ms` (the adapter retires their
-    /// endpoints; it calls this until it has).
-    pub fn lingered(&self, now_ms: u64) -> impl Iterator<Item = ConnId> + '_ {
-        self.conns.iter().filter_map(move |c| {
-            matches!(c.state, LinkState::Superseded { until_ms } if now_ms >= until_ms)
-                .then_some(c.id)
-        })
+    /// Superseded connections whose linger is over at `now_ms`, each handed out once: their
+    /// endpoints are to be closed.
+    pub fn take_lingered(&mut self, now_ms: u64) -> Vec<ConnId> {
+        let mut over = Vec::new();
+        for c in self.conns.iter_mut() {
+            if matches!(c.state, LinkState::Superseded { until_ms } if now_ms >= until_ms)
+                && !c.retired
+            {
+                c.retired = true;
+                over.push(c.id);
+            }
+        }
+        over
+    }
+
+    /// Marks superseded connection `id`'s endpoint as handed back for closing; `false` if it
+    /// was already (or is not superseded).
+    pub fn retire(&mut self, id: ConnId) -> bool {
+        let Some(i) = self.pos(id) else {
+            return false;
+        };
+        let c = &mut self.conns[i];
+        let fresh = matches!(c.state, LinkState::Superseded { .. }) && !c.retired;
+        c.retired |= fresh;
+        fresh
     }
 
     /// This side cuts connection `i` off: queues a CLOSE with `reason` (or keeps the one the
@@ -1271,8 +1292,13 @@ mod tests {
         let kept_a = a.conns.get(a.conns.serving(tb).unwrap()).unwrap().key();
         let kept_b = b.conns.get(b.conns.serving(ta).unwrap()).unwrap().key();
         assert_eq!(kept_a, kept_b, "both keep the same connection");
-        assert_eq!(a.conns.lingered(SUPERSEDED_LINGER_MS - 1).count(), 0);
-        assert_eq!(a.conns.lingered(SUPERSEDED_LINGER_MS).count(), 1);
+        assert_eq!(a.conns.take_lingered(SUPERSEDED_LINGER_MS - 1).len(), 0);
+        assert_eq!(a.conns.take_lingered(SUPERSEDED_LINGER_MS).len(), 1);
+        assert_eq!(
+            a.conns.take_lingered(SUPERSEDED_LINGER_MS).len(),
+            0,
+            "handed out once"
+        );
     }
 
     #[test]

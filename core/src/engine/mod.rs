@@ -11,12 +11,18 @@
 //! every node shows its users: [`NodeError`] (generic over the transport's error),
 //! [`PeerEvent`], [`Counters`], [`LibId`], [`OpId`].
 //!
-//! What an adapter's `progress` owes the engine: the transport's events (a control frame, an
-//! endpoint failure, a request completed — [`Ops::completed`] with the key the transport names
-//! it by), then the operations [`Engine::due_ops`] names — only those, so that a call costs
-//! what happened, not what is pending (D6) — and the timed work [`Engine::poll_timeout`]
-//! schedules. Both the mock and the UCX node run this code; the order of the steps inside
-//! each node's `progress` is still the node's (not yet one `handle_*`/`poll_action` contract).
+//! What an adapter's `progress` owes the engine: the transport's events, as inputs — a
+//! control frame ([`Engine::handle_control`]), an endpoint failure
+//! ([`Engine::handle_failed`]), a message charged to its sender ([`Engine::handle_charge`]),
+//! time ([`Engine::handle_timeout`]), a request completed ([`Ops::completed`] with the key
+//! the transport names it by) — and after each, every [`Action`] that [`Engine::poll_action`] hands out, carried out in that order
+//! (send a connection's queued control bytes, close an endpoint in order or at once, end or
+//! cancel an operation D3 reaches, a peer proven): so which connections close, which
+//! operations end and in which order is decided once, here, for both nodes. Then the
+//! operations [`Engine::due_ops`] names — only those, so that a call costs what happened, not
+//! what is pending (D6) — and the timed work [`Engine::poll_timeout`] schedules. Still the
+//! nodes' own: the order of the steps of `progress` around these inputs, sends and receives
+//! (routing through [`Connections::resolve`]), the stray drain and the held backlog.
 //!
 //! ```
 //! use tagspace_core::engine::{Check, Deadlines, Expiry, LiveClock, Liveness, HANDSHAKE_TIMEOUT_MS};
@@ -65,6 +71,8 @@ pub struct Engine<'r, K, X, T, E, const CAP: usize> {
     /// Whose queue the worker's is: the node's (strays swept, quarantined ids drained) or a
     /// host's ([`QueueOwner::HOST`]: nothing taken, ids held while anything waits in them).
     pub owner: QueueOwner,
+    /// What the adapter is to do next ([`Engine::poll_action`]).
+    actions: actions::Actions<E>,
 }
 
 #[cfg(feature = "alloc")]
@@ -87,6 +95,7 @@ impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, 
             limits,
             sweep: Sweep::new(),
             owner: QueueOwner::Node,
+            actions: Default::default(),
         }
     }
 
@@ -200,6 +209,10 @@ impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, 
     }
 }
 
+#[cfg(feature = "alloc")]
+mod actions;
+#[cfg(feature = "alloc")]
+pub use actions::{Action, CloseHow, Why};
 #[cfg(feature = "alloc")]
 mod backlog;
 #[cfg(feature = "alloc")]

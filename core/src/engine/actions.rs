@@ -1,0 +1,621 @@
+//! The engine's inputs for connection events and its outputs (quinn-proto's shape): the
+//! adapter reports what happened — a control frame arrived ([`Engine::handle_control`]), a
+//! transport failed ([`Engine::handle_failed`]), a message is to be charged against its
+//! sender's limits ([`Engine::handle_charge`]), a peer flooded a held namespace
+//! ([`Engine::handle_flooded`]), time passed ([`Engine::handle_timeout`]) — or asks for a
+//! close ([`Engine::close`], [`Engine::close_all`]); the engine changes its tables and queues
+//! what the adapter must now do, in the order it must be done, as [`Action`]s. The adapter
+//! takes them with [`Engine::poll_action`] until there are none, after every input, and only
+//! carries them out: which connections close and how, which operations end and with what, in
+//! which order, is decided here once for every adapter.
+//!
+//! What the adapter carries out is its own business: how an endpoint is closed, where a
+//! request that UCX may still touch is parked, how a control frame is sent.
+
+use alloc::collections::VecDeque;
+
+use super::{
+    AfterClose, Charge, Check, ConnId, Control, Ending, Engine, Expiry, LinkState, Loss, OpId,
+    PeerGone, Waits,
+};
+use crate::session::SessionError;
+use crate::wire::CloseReason;
+
+/// What the adapter does next ([`Engine::poll_action`]), in queue order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action<E> {
+    /// Send what connection `conn`'s session has queued: its control frames, then the tag
+    /// half of its withdrawal acknowledgements (R7). Nothing if its endpoint is gone or not
+    /// wired up yet (U1).
+    Transmit(ConnId),
+    /// Take connection `conn`'s endpoint out of service and close it `how`. The connection is
+    /// already out of service in the engine; any [`Transmit`](Action::Transmit) for it came
+    /// first.
+    Close {
+        /// The connection.
+        conn: ConnId,
+        /// Orderly (after what is in flight on it) or forced (now).
+        how: CloseHow,
+        /// Why, for the adapter's counters and logs.
+        why: Why,
+    },
+    /// End operation `op` (D3): with its transport result if the transport already has one,
+    /// else with `PeerDown { peer, cause }`; a request still in progress is given up (a
+    /// receive cancelled). An operation that is not a send or receive in flight is left alone.
+    End {
+        /// The operation.
+        op: OpId,
+        /// The peer it can only finish through.
+        peer: u64,
+        /// The transport's failure, `None` when the peer closed or went unresponsive.
+        cause: Option<E>,
+    },
+    /// Cancel receive `op`: its peer closed in order. If the cancel takes, it ends with
+    /// `PeerDown { peer, cause: None }`; one already matched completes with its message.
+    Cancel {
+        /// The operation.
+        op: OpId,
+        /// The peer that closed.
+        peer: u64,
+    },
+    /// `peer` proved its identity on a connection (messages held for it may be looked at).
+    Proven {
+        /// The peer's token.
+        peer: u64,
+    },
+}
+
+/// How an endpoint closes ([`Action::Close`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloseHow {
+    /// Once the requests on it have finished (what was sent arrives first).
+    Orderly,
+    /// Now: its transport failed, nothing on it will finish.
+    Forced,
+}
+
+/// Why a connection closes ([`Action::Close`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Why {
+    /// The peer sent CLOSE with this reason.
+    PeerClosed(CloseReason),
+    /// The peer broke the protocol (a CLOSE naming it went out first).
+    ProtocolError(SessionError),
+    /// A deadline passed (handshake, acknowledgements, heartbeat).
+    Expired(Expiry),
+    /// The peer sent more than its per-second limits allow.
+    Flood,
+    /// Its transport failed.
+    Failed,
+    /// It lost a simultaneous connect (P4): its linger ended, or it failed meanwhile (the
+    /// peer closed its side, as expected).
+    Superseded,
+    /// The adapter asked ([`Engine::close`], [`Engine::close_all`]).
+    Local,
+}
+
+impl Why {
+    /// Whether the close is the peer's fault or failure, worth a warning.
+    pub fn is_fault(self) -> bool {
+        matches!(
+            self,
+            Why::ProtocolError(_) | Why::Expired(_) | Why::Flood | Why::Failed
+        )
+    }
+}
+
+/// The queue behind [`Engine::poll_action`].
+pub(super) type Actions<E> = VecDeque<Action<E>>;
+
+#[cfg(feature = "alloc")]
+impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
+    Engine<'r, K, X, T, E, CAP>
+{
+    /// The next thing the adapter must do, oldest first; `None` once it has done everything
+    /// the inputs so far asked for. Call it until `None` after every `handle_*` and close.
+    pub fn poll_action(&mut self) -> Option<Action<E>> {
+        self.actions.pop_front()
+    }
+
+    /// Whether actions wait to be carried out.
+    pub fn has_actions(&self) -> bool {
+        !self.actions.is_empty()
+    }
+
+    /// A control frame arrived on connection `conn` at adapter time `now_ms` (P1, P3, P4,
+    /// P6; R7's frames). Frames on a connection out of service are ignored.
+    pub fn handle_control(&mut self, conn: ConnId, bytes: &[u8], now_ms: u64) {
+        match self.conns.on_control(conn, bytes, now_ms, &mut self.libs) {
+            Control::Handled => {}
+            Control::Established { peer, superseded } => {
+                self.actions.push_back(Action::Proven { peer });
+                // P4: each loser's CLOSE goes out; its endpoint lingers.
+                for k in superseded {
+                    self.actions.push_back(Action::Transmit(k));
+                }
+            }
+            Control::PeerClosed(then) => {
+                let reason = (self.conns.get(conn))
+                    .and_then(|c| c.closed_for())
+                    .unwrap_or(CloseReason::Normal);
+                let why = Why::PeerClosed(reason);
+                match then {
+                    // The peer settled the duplicate first: out of service, lingering.
+                    AfterClose::Linger => {}
+                    AfterClose::AbandonAndClose => {
+                        self.abandon(conn);
+                        self.end_conn(conn, why);
+                    }
+                    AfterClose::Close => self.end_conn(conn, why),
+                }
+            }
+            // The session queued a CLOSE naming the reason: it goes out, then the endpoint
+            // closes.
+            Control::ProtocolError(e) => self.cut_off(conn, None, Why::ProtocolError(e)),
+        }
+    }
+
+    /// Counts one message from connection `conn` against the per-peer limits at adapter time
+    /// `now_ms` (D5). `false`: the peer is over them and is being cut off (CLOSE with
+    /// [`CloseReason::Flood`]); the message is not to be handled.
+    pub fn handle_charge(&mut self, conn: ConnId, now_ms: u64, what: Charge) -> bool {
+        if self.conns.charge(conn, now_ms, what, self.limits) {
+            return true;
+        }
+        self.cut_off(conn, Some(CloseReason::Flood), Why::Flood);
+        false
+    }
+
+    /// `peer` sent more than a limit allows across its connections (a held namespace's
+    /// backlog, D5): every open connection to it is cut off with [`CloseReason::Flood`].
+    pub fn handle_flooded(&mut self, peer: u64) {
+        for conn in self.conns.open_to(peer) {
+            self.cut_off(conn, Some(CloseReason::Flood), Why::Flood);
+        }
+    }
+
+    /// Connection `conn`'s transport failed with `e` (D3): its sends end, its endpoint is
+    /// closed at once, and if it was its peer's last connection the listening libraries hear
+    /// `Down` and the receives tied to the peer end. A superseded connection's failure is
+    /// expected (the peer closed its side): it only closes.
+    pub fn handle_failed(&mut self, conn: ConnId, e: E) {
+        let Some(c) = self.conns.get(conn) else {
+            return;
+        };
+        let (key, peer) = (c.key(), c.peer().unwrap_or(0));
+        let why = match c.state() {
+            LinkState::Superseded { .. } => Why::Superseded,
+            _ => Why::Failed,
+        };
+        let gone = self.conns.failed(conn, e, &mut self.libs);
+        self.lost(Loss::Failed { key }, peer, Some(e));
+        let how = CloseHow::Forced;
+        self.actions.push_back(Action::Close { conn, how, why });
+        self.peer_gone(gone);
+    }
+
+    /// The transport of an endpoint the adapter already took out of service (closing, its
+    /// connection perhaps forgotten) failed: the sends still in flight on it end.
+    pub fn handle_retired_failed(&mut self, key: K, peer: Option<u64>, e: E) {
+        self.lost(Loss::Failed { key }, peer.unwrap_or(0), Some(e));
+    }
+
+    /// Time passed (adapter time `now_ms`): the per-connection deadlines, one pass — a
+    /// handshake not completed in time (P6, D5), withdrawals left unacknowledged (R7), the
+    /// heartbeat (a PING due is sent; one unanswered too long closes the connection and ends
+    /// what is in flight on it, D3) — and superseded connections whose linger is over (P4).
+    pub fn handle_timeout(&mut self, now_ms: u64) {
+        for (conn, check) in self.conns.sweep(&mut self.live, now_ms, self.liveness) {
+            match check {
+                Check::Expired(why) => {
+                    if why == Expiry::Unresponsive {
+                        self.abandon(conn);
+                    }
+                    self.cut_off(conn, Some(why.reason()), Why::Expired(why));
+                }
+                Check::PingQueued => self.actions.push_back(Action::Transmit(conn)),
+                Check::Nothing => {}
+            }
+        }
+        for conn in self.conns.take_lingered(now_ms) {
+            let (how, why) = (CloseHow::Orderly, Why::Superseded);
+            self.actions.push_back(Action::Close { conn, how, why });
+        }
+    }
+
+    /// This side closes connection `conn` in order: if it is open, its session's CLOSE (with
+    /// `reason`, or the one it already queued) goes out after anything queued before it, then
+    /// the endpoint closes; a superseded one still lingering closes its endpoint now.
+    pub fn close(&mut self, conn: ConnId, reason: Option<CloseReason>) {
+        match self.conns.get(conn).map(|c| c.state()) {
+            Some(LinkState::Open) => self.cut_off(conn, reason, Why::Local),
+            Some(LinkState::Superseded { .. }) => {
+                if self.conns.retire(conn) {
+                    let (how, why) = (CloseHow::Orderly, Why::Superseded);
+                    self.actions.push_back(Action::Close { conn, how, why });
+                }
+            }
+            Some(LinkState::Down(_)) | None => {}
+        }
+    }
+
+    /// Shutdown: every connection closes ([`close`](Self::close) with
+    /// [`CloseReason::Normal`]).
+    pub fn close_all(&mut self) {
+        for conn in self.conns.ids() {
+            self.close(conn, Some(CloseReason::Normal));
+        }
+    }
+
+    fn cut_off(&mut self, conn: ConnId, reason: Option<CloseReason>, why: Why) {
+        self.conns.cut_off(conn, reason);
+        self.end_conn(conn, why);
+    }
+
+    /// Connection `conn` ends in order: what its session queued (a CLOSE) goes out, the
+    /// endpoint closes, and if it was its peer's last connection what waits for the peer ends.
+    fn end_conn(&mut self, conn: ConnId, why: Why) {
+        self.actions.push_back(Action::Transmit(conn));
+        let gone = self.conns.end(conn, None, &mut self.libs);
+        let how = CloseHow::Orderly;
+        self.actions.push_back(Action::Close { conn, how, why });
+        self.peer_gone(gone);
+    }
+
+    /// An unresponsive connection (no PONG in time, here or at the peer): what is in flight
+    /// on it may never finish — UCX keeps a send to a receive queue nobody reads pending for
+    /// ever, and its orderly close waits for it — so its sends, and the receives that wait
+    /// for its peer if it is the peer's last connection, end now with `PeerDown`.
+    fn abandon(&mut self, conn: ConnId) {
+        let Some(c) = self.conns.get(conn) else {
+            return;
+        };
+        let (key, peer) = (c.key(), c.peer());
+        let last = peer.is_some_and(|p| self.conns.live_to(p) <= 1);
+        let loss = Loss::Unresponsive { key, peer, last };
+        self.lost(loss, peer.unwrap_or(0), None);
+    }
+
+    /// `peer` has no connection left: the receives that said they wait for it end (it
+    /// failed) or are cancelled (it closed in order; one already matched completes).
+    fn peer_gone(&mut self, gone: Option<PeerGone<E>>) {
+        if let Some(PeerGone { peer, cause }) = gone {
+            let failed = cause.is_some();
+            self.lost(Loss::PeerGone { peer, failed }, peer, cause);
+        }
+    }
+
+    /// D3: the operations `loss` leaves unfinishable end (or are cancelled).
+    fn lost(&mut self, loss: Loss<K>, peer: u64, cause: Option<E>) {
+        for (op, how) in self.ops.affected_by(loss) {
+            self.actions.push_back(match how {
+                Ending::End => Action::End { op, peer, cause },
+                Ending::Cancel => Action::Cancel { op, peer },
+            });
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::engine::{
+        Liveness, Next, Ops, PeerEvent, PeerLimits, Pending, SUPERSEDED_LINGER_MS,
+    };
+    use crate::wire::{self, Role};
+    use crate::{Identity, Registry, TagLayout};
+    use alloc::boxed::Box;
+    use alloc::vec::Vec;
+
+    /// A send in flight on a connection (by key), or a receive (from a peer, or any).
+    #[derive(Debug)]
+    enum TOp {
+        Send(u32),
+        Recv(Option<u64>),
+    }
+
+    impl Pending for TOp {
+        fn route_deadline(&self) -> Option<u64> {
+            None
+        }
+        fn request(&self) -> Option<u64> {
+            None
+        }
+    }
+
+    impl Waits<u32> for TOp {
+        fn sending_on(&self) -> Option<u32> {
+            match self {
+                TOp::Send(k) => Some(*k),
+                TOp::Recv(_) => None,
+            }
+        }
+        fn receiving_from(&self) -> Option<u64> {
+            match self {
+                TOp::Recv(p) => *p,
+                TOp::Send(_) => None,
+            }
+        }
+    }
+
+    type E = Engine<'static, u32, (), TOp, u8, 64>;
+
+    struct Side {
+        reg: &'static Registry<64>,
+        me: Identity,
+        e: E,
+    }
+
+    fn side(seed: u8, liveness: Option<Liveness>, limits: PeerLimits) -> Side {
+        Side {
+            reg: Box::leak(Box::new(Registry::new(TagLayout::DEFAULT))),
+            me: Identity::from_seed(&[seed; 32]),
+            e: Engine::new([seed as u64, 9], 0, liveness, limits),
+        }
+    }
+
+    fn open(a: &mut Side, b: &mut Side, key: u32) -> (ConnId, ConnId) {
+        let l = *a.reg.layout();
+        let i = a.e.conns.add(key, Role::Initiator, &a.me, &l, 0, 0, ());
+        let j = b.e.conns.add(key, Role::Acceptor, &b.me, &l, 0, 0, ());
+        (i, j)
+    }
+
+    /// Delivers what each side's session queued to the other until quiet (at time `now`); the
+    /// actions each side's engine asked for, in order.
+    fn pump(a: &mut Side, i: ConnId, b: &mut Side, j: ConnId, now: u64) -> [Vec<Action<u8>>; 2] {
+        let mut buf = [0u8; wire::MAX_FRAME_LEN];
+        let mut got = [Vec::new(), Vec::new()];
+        for _ in 0..8 {
+            deliver(a, i, b, j, now, &mut buf);
+            deliver(b, j, a, i, now, &mut buf);
+            for (s, out) in [(&mut *a, 0), (&mut *b, 1)] {
+                got[out].extend(actions(s));
+            }
+        }
+        got
+    }
+
+    fn deliver(from: &mut Side, x: ConnId, to: &mut Side, y: ConnId, now: u64, buf: &mut [u8]) {
+        let Some(c) = from.e.conns.get_mut(x) else {
+            return;
+        };
+        while let Ok(Some(n)) = c.session_mut().poll_transmit(from.reg, buf) {
+            to.e.handle_control(y, &buf[..n], now);
+        }
+    }
+
+    fn actions(s: &mut Side) -> Vec<Action<u8>> {
+        core::iter::from_fn(|| s.e.poll_action()).collect()
+    }
+
+    fn start(ops: &mut Ops<TOp, u8>, op: TOp) -> OpId {
+        ops.start(Next::Wait(op))
+    }
+
+    #[test]
+    fn a_failed_connection_ends_its_sends_closes_at_once_and_then_the_peers_receives() {
+        let (mut a, mut b) = (
+            side(1, None, PeerLimits::default()),
+            side(2, None, PeerLimits::default()),
+        );
+        let (i, j) = open(&mut a, &mut b, 7);
+        let established = pump(&mut a, i, &mut b, j, 0);
+        let tb = b.me.token();
+        assert!(established[0].contains(&Action::Proven { peer: tb }));
+        let lib = a.e.libs.register(a.reg, "lib").unwrap();
+        a.e.libs.listen_peers(lib, [tb]).unwrap();
+        assert_eq!(a.e.libs.peer_event(lib), Some(PeerEvent::Up { peer: tb }));
+        let send = start(&mut a.e.ops, TOp::Send(7));
+        let other_send = start(&mut a.e.ops, TOp::Send(8));
+        let from_b = start(&mut a.e.ops, TOp::Recv(Some(tb)));
+        let any = start(&mut a.e.ops, TOp::Recv(None));
+        let from_other = start(&mut a.e.ops, TOp::Recv(Some(tb ^ 1)));
+
+        a.e.handle_failed(i, 42);
+        let got = actions(&mut a);
+        assert_eq!(
+            got,
+            [
+                Action::End {
+                    op: send,
+                    peer: tb,
+                    cause: Some(42)
+                },
+                Action::Close {
+                    conn: i,
+                    how: CloseHow::Forced,
+                    why: Why::Failed
+                },
+                Action::End {
+                    op: from_b,
+                    peer: tb,
+                    cause: Some(42)
+                },
+            ]
+        );
+        assert!(!a.e.conns.get(i).unwrap().is_open());
+        assert!(matches!(
+            a.e.libs.peer_event(lib),
+            Some(PeerEvent::Down { peer, cause: Some(42), .. }) if peer == tb
+        ));
+        // What the loss does not reach waits on.
+        for op in [other_send, any, from_other] {
+            assert!(a.e.ops.get(op).is_some());
+        }
+        // A second report of the same failure ends nothing else.
+        a.e.handle_failed(i, 43);
+        let again = actions(&mut a);
+        let waiting = [other_send, any, from_other];
+        let ends = |x: &Action<u8>| matches!(x, Action::End { op, .. } if waiting.contains(op));
+        assert!(!again.iter().any(ends), "{again:?}");
+    }
+
+    #[test]
+    fn a_peers_orderly_close_sends_what_is_queued_closes_in_order_and_cancels_its_receives() {
+        let (mut a, mut b) = (
+            side(1, None, PeerLimits::default()),
+            side(2, None, PeerLimits::default()),
+        );
+        let (i, j) = open(&mut a, &mut b, 7);
+        pump(&mut a, i, &mut b, j, 0);
+        let tb = b.me.token();
+        let send = start(&mut a.e.ops, TOp::Send(7));
+        let from_b = start(&mut a.e.ops, TOp::Recv(Some(tb)));
+
+        b.e.close(j, Some(CloseReason::Normal));
+        let closing = actions(&mut b);
+        let (how, why) = (CloseHow::Orderly, Why::Local);
+        assert_eq!(
+            closing,
+            [Action::Transmit(j), Action::Close { conn: j, how, why }]
+        );
+        let [at_a, _] = pump(&mut a, i, &mut b, j, 0);
+        let why = Why::PeerClosed(CloseReason::Normal);
+        assert_eq!(
+            at_a,
+            [
+                Action::Transmit(i),
+                Action::Close { conn: i, how, why },
+                Action::Cancel {
+                    op: from_b,
+                    peer: b.me.token()
+                },
+            ]
+        );
+        // A send in flight on an orderly closed connection finishes as the transport says.
+        assert!(a.e.ops.get(send).is_some());
+        // Closing again (or a frame after the close) asks for nothing.
+        b.e.close(j, Some(CloseReason::Normal));
+        assert!(actions(&mut b).is_empty());
+    }
+
+    #[test]
+    fn an_unresponsive_peer_is_pinged_then_its_work_ends_before_the_close() {
+        let live = Liveness {
+            interval_ms: 10,
+            timeout_ms: 50,
+        };
+        let (mut a, mut b) = (
+            side(1, Some(live), PeerLimits::default()),
+            side(2, None, PeerLimits::default()),
+        );
+        let (i, j) = open(&mut a, &mut b, 7);
+        pump(&mut a, i, &mut b, j, 0);
+        let tb = b.me.token();
+        let send = start(&mut a.e.ops, TOp::Send(7));
+        let from_b = start(&mut a.e.ops, TOp::Recv(Some(tb)));
+        let mut seen = Vec::new();
+        let mut now = 0;
+        while !seen.iter().any(|x| matches!(x, Action::Close { .. })) {
+            now += 10;
+            assert!(now < 1000, "never expired: {seen:?}");
+            a.e.handle_timeout(now);
+            seen.extend(actions(&mut a));
+        }
+        assert_eq!(seen[0], Action::Transmit(i), "a PING first");
+        let tail = &seen[seen.len() - 5..];
+        let why = Why::Expired(Expiry::Unresponsive);
+        assert_eq!(
+            tail,
+            [
+                Action::End {
+                    op: send,
+                    peer: tb,
+                    cause: None
+                },
+                Action::End {
+                    op: from_b,
+                    peer: tb,
+                    cause: None
+                },
+                Action::Transmit(i),
+                Action::Close {
+                    conn: i,
+                    how: CloseHow::Orderly,
+                    why
+                },
+                // The peer's last connection ended in order: the receive is cancelled too
+                // (already ended: the adapter finds it finished and leaves it).
+                Action::Cancel {
+                    op: from_b,
+                    peer: tb
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_flooding_peer_is_cut_off_once() {
+        let limits = PeerLimits {
+            control_per_s: 3,
+            unwanted_am_per_s: 3,
+        };
+        let (mut a, mut b) = (side(1, None, limits), side(2, None, limits));
+        let (i, j) = open(&mut a, &mut b, 7);
+        pump(&mut a, i, &mut b, j, 0);
+        for _ in 0..3 {
+            assert!(a.e.handle_charge(i, 5, Charge::Unwanted));
+        }
+        assert!(actions(&mut a).is_empty());
+        assert!(!a.e.handle_charge(i, 5, Charge::Unwanted));
+        let (how, why) = (CloseHow::Orderly, Why::Flood);
+        assert_eq!(
+            actions(&mut a),
+            [Action::Transmit(i), Action::Close { conn: i, how, why }]
+        );
+        assert_eq!(
+            a.e.conns.get(i).unwrap().closed_for(),
+            Some(CloseReason::Flood)
+        );
+    }
+
+    #[test]
+    fn a_superseded_connection_closes_once_when_its_linger_ends() {
+        let (mut a, mut b) = (
+            side(1, None, PeerLimits::default()),
+            side(2, None, PeerLimits::default()),
+        );
+        let (i1, j1) = open(&mut a, &mut b, 1);
+        let (j2, i2) = open(&mut b, &mut a, 2);
+        let mut at_a = Vec::new();
+        for _ in 0..2 {
+            at_a.extend(pump(&mut a, i1, &mut b, j1, 0)[0].clone());
+            at_a.extend(pump(&mut a, i2, &mut b, j2, 0)[0].clone());
+        }
+        let tb = b.me.token();
+        let kept = a.e.conns.serving(tb).unwrap();
+        let lost = if kept == i1 { i2 } else { i1 };
+        assert!(
+            at_a.contains(&Action::Transmit(lost)),
+            "its CLOSE goes out: {at_a:?}"
+        );
+        a.e.handle_timeout(SUPERSEDED_LINGER_MS - 1);
+        assert!(actions(&mut a).is_empty());
+        a.e.handle_timeout(SUPERSEDED_LINGER_MS);
+        let (how, why) = (CloseHow::Orderly, Why::Superseded);
+        assert_eq!(
+            actions(&mut a),
+            [Action::Close {
+                conn: lost,
+                how,
+                why
+            }]
+        );
+        a.e.handle_timeout(SUPERSEDED_LINGER_MS + 1);
+        a.e.close_all();
+        // Shutdown closes the one kept; the lingering one is not closed twice.
+        let (how, why) = (CloseHow::Orderly, Why::Local);
+        assert_eq!(
+            actions(&mut a),
+            [
+                Action::Transmit(kept),
+                Action::Close {
+                    conn: kept,
+                    how,
+                    why
+                }
+            ]
+        );
+    }
+}
