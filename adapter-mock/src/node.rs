@@ -189,17 +189,17 @@ impl Node {
     /// whose withdrawal is confirmed is freed only once nothing is queued in it — looked at
     /// without taking ([`quarantine_held`](Self::quarantine_held) counts the ids held).
     pub fn set_host_mode(&mut self) {
-        self.engine.owner = QueueOwner::HOST;
+        self.engine.set_owner(QueueOwner::HOST);
     }
 
     /// Host mode: released ids kept quarantined because a message is still queued in them.
     pub fn quarantine_held(&self) -> usize {
-        self.engine.unpins.held(self.registry)
+        self.engine.unpins().held(self.registry)
     }
 
     /// The heartbeat ([`Liveness`], on by default as on UCX); `None` turns it off.
     pub fn set_liveness(&mut self, liveness: Option<Liveness>) {
-        self.engine.liveness = liveness;
+        self.engine.set_liveness(liveness);
     }
 
     /// Connections this node closed because a deadline passed (handshake, withdrawal
@@ -210,7 +210,7 @@ impl Node {
 
     /// Per-connection flood limits ([`PeerLimits`], the core engine's; default as on UCX).
     pub fn set_limits(&mut self, limits: PeerLimits) {
-        self.engine.limits = limits;
+        self.engine.set_limits(limits);
     }
 
     /// Connections this node cut off because the peer went over its [`PeerLimits`].
@@ -235,9 +235,7 @@ impl Node {
 
     /// Registers a library.
     pub fn register(&mut self, name: &str) -> Result<LibId, NodeError> {
-        let lib = self.engine.libs.register(self.registry, name)?;
-        self.engine.conns.library_added(lib, &self.engine.libs);
-        Ok(lib)
+        self.engine.register(self.registry, name)
     }
 
     /// Releases a library: its id is withdrawn from every peer at the next `progress`, and its
@@ -251,11 +249,11 @@ impl Node {
             // Its receives go with it (R7), as on the UCX node: one left posted would match a
             // message meant for the next name to take the id.
             let mine = |op: &Op| matches!(op, Op::Receiving { lib: of, .. } if *of == lib);
-            for id in self.engine.ops.matching(mine) {
-                if let Some(Op::Receiving { recv, .. }) = self.engine.ops.get(id) {
+            for id in self.engine.ops().matching(mine) {
+                if let Some(Op::Receiving { recv, .. }) = self.engine.ops().get(id) {
                     if fab.recv_cancel(self.worker, *recv) {
                         self.engine
-                            .ops
+                            .ops_mut()
                             .put(id, Next::Done(Err(NodeError::NoSuchLibrary)));
                     }
                 }
@@ -265,13 +263,13 @@ impl Node {
 
     /// The namespace of a library.
     pub fn namespace(&self, lib: LibId) -> Option<&Namespace<'static, CAP>> {
-        self.engine.libs.ns(lib).ok()
+        self.engine.libs().ns(lib).ok()
     }
 
     /// The libraries registered here (their counters, namespaces, queues): the core engine's
     /// table.
     pub fn libraries(&self) -> &engine::Libraries<'static, CAP, FabricError> {
-        &self.engine.libs
+        self.engine.libs()
     }
 
     /// Messages for unregistered ids drained so far (D2), and messages with a pair value no
@@ -288,17 +286,17 @@ impl Node {
 
     /// Control-plane errors from peers (each closed that peer's connection only).
     pub fn protocol_errors(&self) -> &[SessionError] {
-        self.engine.conns.protocol_errors()
+        self.engine.conns().protocol_errors()
     }
 
     /// Open, established connections to `peer`.
     pub fn live_connections_to(&self, peer: u64) -> usize {
-        self.engine.conns.live_to(peer)
+        self.engine.conns().live_to(peer)
     }
 
     /// Tokens of peers with an open, established connection.
     pub fn peers(&self) -> Vec<u64> {
-        self.engine.conns.peers()
+        self.engine.conns().peers()
     }
 
     /// How long (simulated ms, from now) until this node next has something time-driven to do
@@ -309,7 +307,7 @@ impl Node {
             return Some(0); // an operation's request finished: due now, as on UCX
         }
         let at = self.engine.poll_timeout(now);
-        let held = (self.engine.owner != QueueOwner::HOST)
+        let held = (self.engine.owner() != QueueOwner::HOST)
             .then(|| self.backlog.next_ms())
             .flatten();
         let at = at.into_iter().chain(held).min()?;
@@ -319,19 +317,18 @@ impl Node {
     /// Connections this node holds: open ones, ones still handshaking, superseded ones still
     /// lingering; ended ones are forgotten at the next `progress` (D5), as on UCX.
     pub fn connection_count(&self) -> usize {
-        self.engine.conns.len()
+        self.engine.conns().len()
     }
 
     /// `lib` starts hearing of peers coming up and going down; every peer already up is
     /// reported at once.
     pub fn listen(&mut self, lib: LibId) -> Result<(), NodeError> {
-        let up = self.peers();
-        self.engine.libs.listen_peers(lib, up)
+        self.engine.listen(lib)
     }
 
     /// The next peer event for a listening library.
     pub fn peer_event(&mut self, lib: LibId) -> Option<engine::PeerEvent<FabricError>> {
-        self.engine.libs.peer_event(lib)
+        self.engine.libs_mut().peer_event(lib)
     }
 
     /// Opens a connection to another process's worker; the handshake runs in `progress`.
@@ -344,14 +341,8 @@ impl Node {
 
     fn add_conn(&mut self, ep: EpId, role: Role) {
         let io = Io { ep, closed: false };
-        let (layout, now, live) = (
-            self.registry.layout(),
-            self.last_now_ms,
-            self.engine.live.now(),
-        );
-        self.engine
-            .conns
-            .add(ep, role, &self.identity, layout, now, live, io);
+        let (layout, now) = (self.registry.layout(), self.last_now_ms);
+        (self.engine).add_conn(ep, role, &self.identity, layout, now, io);
     }
 
     /// Hostile-peer hook for tests: sends raw bytes as a control frame to `peer`.
@@ -370,8 +361,8 @@ impl Node {
 
     /// The shared endpoint to `peer`, for code outside tagspace (a legacy library).
     pub fn endpoint_to(&self, peer: u64) -> Option<EpId> {
-        let id = self.engine.conns.serving(peer).ok()?;
-        Some(self.engine.conns.get(id)?.io.ep)
+        let id = self.engine.conns().serving(peer).ok()?;
+        Some(self.engine.conns().get(id)?.io.ep)
     }
 
     /// The endpoint to `peer` and the tag for `payload` in `lib`'s namespace there, as the
@@ -383,8 +374,7 @@ impl Node {
         peer: u64,
         payload: u64,
     ) -> Result<Option<(EpId, u64)>, NodeError> {
-        let e = &self.engine;
-        let found = (e.conns.route_tag(&e.libs, lib, peer, payload)).map_err(|m| m.error(peer))?;
+        let found = (self.engine.route_tag(lib, peer, payload)).map_err(|m| m.error(peer))?;
         Ok(found.map(|(c, tag)| (c.io.ep, tag)))
     }
 
@@ -438,7 +428,7 @@ impl Node {
     ) -> OpId {
         let w = Waiting::new(lib, peer, target, data.to_vec(), fab.now_ms(), timeout_ms);
         let op = Op::WaitingRoute(w);
-        let id = self.engine.ops.start(Next::Wait(op));
+        let id = self.engine.ops_mut().start(Next::Wait(op));
         self.advance_op(fab, id);
         id
     }
@@ -456,9 +446,9 @@ impl Node {
     /// A receive posted for a peer that has already failed fails at once; one that waits when
     /// the peer goes down ends with `PeerDown` (D3), as on UCX.
     pub fn recv_from(&mut self, fab: &mut Fabric, lib: LibId, peer: u64, payload: u64) -> OpId {
-        if let Some(cause @ Some(_)) = self.engine.conns.failed_peer(peer) {
+        if let Some(cause @ Some(_)) = self.engine.conns().failed_peer(peer) {
             let r = self.finish(lib, Err(NodeError::PeerDown { peer, cause }), false);
-            return self.engine.ops.start(r);
+            return self.engine.ops_mut().start(r);
         }
         self.post(fab, lib, Some(peer), payload)
     }
@@ -466,7 +456,7 @@ impl Node {
     fn post(&mut self, fab: &mut Fabric, lib: LibId, from: Option<u64>, payload: u64) -> OpId {
         if let Some(data) = self.held_for(lib, from, payload) {
             let done = self.finish(lib, Ok(Some(data)), false);
-            return self.engine.ops.start(done);
+            return self.engine.ops_mut().start(done);
         }
         let op = match self.post_recv(fab, lib, from, payload) {
             Ok(recv) => Next::Wait(Op::Receiving {
@@ -477,7 +467,7 @@ impl Node {
             }),
             Err(e) => Next::Done(Err(e)),
         };
-        let id = self.engine.ops.start(op);
+        let id = self.engine.ops_mut().start(op);
         self.advance_op(fab, id);
         id
     }
@@ -527,15 +517,15 @@ impl Node {
         lib: LibId,
         limit: engine::BacklogLimit,
     ) -> Result<(), NodeError> {
-        let id = self.engine.libs.ns(lib)?.id();
-        let (layout, owner) = (self.registry.layout(), self.engine.owner);
+        let id = self.engine.libs().ns(lib)?.id();
+        let (layout, owner) = (self.registry.layout(), self.engine.owner());
         (self.backlog.hold_checked(id, limit, layout, owner)).map_err(NodeError::Usage)
     }
 
     /// One pass of the held namespaces' backlogs; cuts off the peers over their limit.
     fn hold_pass(&mut self, fab: &mut Fabric) {
         let layout = self.registry.layout();
-        let conns = &self.engine.conns;
+        let conns = self.engine.conns();
         let forgotten = conns.pairs_forgotten();
         drop((self.backlog).forget_unknown(forgotten, |p| conns.rx_pair_of(p).is_some()));
         let mut queue = FabricHolds {
@@ -543,7 +533,7 @@ impl Node {
             worker: self.worker,
             forged: 0,
         };
-        let conns = &self.engine.conns;
+        let conns = self.engine.conns();
         let pass =
             (self.backlog).pass(layout, &mut queue, |t| conns.sender_of(layout, t), || false);
         self.stray += queue.forged;
@@ -558,7 +548,7 @@ impl Node {
     /// given; counts it.
     fn forged_tag(&mut self, tag: u64) -> bool {
         let layout = self.registry.layout();
-        let forged = self.engine.conns.forged(layout, tag);
+        let forged = self.engine.conns().forged(layout, tag);
         self.stray += u64::from(forged);
         self.forged += u64::from(forged);
         forged
@@ -571,9 +561,9 @@ impl Node {
         fab: &mut Fabric,
         lib: LibId,
     ) -> Result<Option<Vec<u8>>, NodeError> {
-        let m = self.engine.libs.ns(lib)?.inbox_matcher_any_peer();
+        let m = self.engine.libs().ns(lib)?.inbox_matcher_any_peer();
         if let Some(data) = self.take_held(&m) {
-            self.engine.libs.count(lib, true, false);
+            self.engine.libs_mut().count(lib, true, false);
             return Ok(Some(data));
         }
         loop {
@@ -583,35 +573,35 @@ impl Node {
             if self.forged_tag(got.tag) {
                 continue;
             }
-            self.engine.libs.count(lib, true, false);
+            self.engine.libs_mut().count(lib, true, false);
             return Ok(Some(got.data));
         }
     }
 
     /// Listens on `lib`'s local AM id `local`.
     pub fn am_listen(&mut self, fab: &mut Fabric, lib: LibId, local: u16) -> Result<(), NodeError> {
-        let id = self.engine.libs.am_listen(lib, local)?;
+        let id = self.engine.libs_mut().am_listen(lib, local)?;
         fab.am_set_handler(self.worker, id)?;
         Ok(())
     }
 
     /// The next Active Message for `lib` on `local`.
     pub fn am_take(&mut self, lib: LibId, local: u16) -> Option<Vec<u8>> {
-        self.engine.libs.am_take(lib, local)
+        self.engine.libs_mut().am_take(lib, local)
     }
 
     /// The result of an operation once it has finished (`Ok(Some(data))` for receives); taking
     /// it forgets the operation.
     pub fn take(&mut self, op: OpId) -> Option<Result<Option<Vec<u8>>, NodeError>> {
-        self.engine.ops.take(op)
+        self.engine.ops_mut().take(op)
     }
 
     fn finish(&mut self, lib: LibId, r: Result<Option<Vec<u8>>, NodeError>, sent: bool) -> Step {
-        Next::finished(&mut self.engine.libs, lib, r, sent)
+        Next::finished(self.engine.libs_mut(), lib, r, sent)
     }
 
     fn advance_op(&mut self, fab: &mut Fabric, id: OpId) {
-        let Some(op) = self.engine.ops.remove(id) else {
+        let Some(op) = self.engine.ops_mut().remove(id) else {
             return;
         };
         let next = match op {
@@ -620,11 +610,12 @@ impl Node {
                 match self.try_send(fab, &w) {
                     Ok(Sent::InFlight(send, ep)) => Next::Wait(Op::Sending { lib, send, ep }),
                     Ok(Sent::Complete) => self.finish(lib, Ok(None), true),
-                    Ok(Sent::Blocked(why)) => match w.blocked(why, fab.now_ms(), &self.engine.libs)
-                    {
-                        Ok(w) => Next::Wait(Op::WaitingRoute(w)),
-                        Err(e) => self.finish(lib, Err(e), true),
-                    },
+                    Ok(Sent::Blocked(why)) => {
+                        match w.blocked(why, fab.now_ms(), self.engine.libs()) {
+                            Ok(w) => Next::Wait(Op::WaitingRoute(w)),
+                            Err(e) => self.finish(lib, Err(e), true),
+                        }
+                    }
                     Err(e) => self.finish(lib, Err(e), true),
                 }
             }
@@ -661,7 +652,7 @@ impl Node {
                 }
             },
         };
-        self.engine.ops.put(id, next);
+        self.engine.ops_mut().put(id, next);
     }
 
     fn try_send(&mut self, fab: &mut Fabric, w: &Waiting) -> Result<Sent, NodeError> {
@@ -669,7 +660,7 @@ impl Node {
             Resolved::Go { conn, dest } => (conn, dest),
             Resolved::Wait(why) => return Ok(Sent::Blocked(why)),
         };
-        let ep = (self.engine.conns.get(conn))
+        let ep = (self.engine.conns().get(conn))
             .ok_or(NodeError::NoConnection { peer: w.peer })?
             .io
             .ep;
@@ -693,7 +684,7 @@ impl Node {
             match ev {
                 WorkerEvent::Accepted(ep) => self.add_conn(ep, Role::Acceptor),
                 WorkerEvent::EndpointError(ep, e) => {
-                    if let Some(i) = self.engine.conns.find(ep, |c| !c.io.closed) {
+                    if let Some(i) = self.engine.conns().find(ep, |c| !c.io.closed) {
                         self.engine.handle_failed(i, e);
                         self.carry_out(fab);
                     }
@@ -708,7 +699,9 @@ impl Node {
                 continue;
             }
             let layout = self.registry.layout();
-            if let AmDelivery::Stray { .. } = self.engine.libs.deliver_am(layout, am.id, am.data) {
+            if let AmDelivery::Stray { .. } =
+                self.engine.libs_mut().deliver_am(layout, am.id, am.data)
+            {
                 self.stray += 1;
                 self.charge(fab, am.reply_ep, Charge::Unwanted);
             }
@@ -718,9 +711,7 @@ impl Node {
         self.engine.handle_timeout(fab.now_ms());
         self.carry_out(fab);
         let now = fab.now_ms();
-        self.engine
-            .conns
-            .forget(|c| c.io.closed, &mut self.engine.unpins, now);
+        self.engine.forget_ended(|c| c.io.closed, now);
         self.release_pins(fab);
         // D6: only the operations something happened to.
         while let Some(done) = fab.completed(self.worker) {
@@ -728,7 +719,7 @@ impl Node {
                 Completed::Send(s) => s.0,
                 Completed::Recv(r) => r.0,
             };
-            self.engine.ops.completed(key);
+            self.engine.ops_mut().completed(key);
         }
         for id in self.engine.due_ops(fab.now_ms()) {
             self.advance_op(fab, id);
@@ -736,13 +727,13 @@ impl Node {
         if self.engine.sweep_due(now) {
             self.drain_strays(fab);
         }
-        if self.engine.owner != QueueOwner::HOST && self.backlog.due(now) {
+        if self.engine.owner() != QueueOwner::HOST && self.backlog.due(now) {
             self.hold_pass(fab);
         }
     }
 
     fn on_control(&mut self, fab: &mut Fabric, ep: EpId, bytes: &[u8]) {
-        if let Some(i) = self.engine.conns.find(ep, |c| !c.io.closed) {
+        if let Some(i) = self.engine.conns().find(ep, |c| !c.io.closed) {
             self.engine.handle_control(i, bytes, fab.now_ms());
             self.carry_out(fab);
         }
@@ -751,7 +742,11 @@ impl Node {
     /// Counts one message from `ep`'s connection against the [`PeerLimits`]; a peer over them
     /// is cut off (CLOSE with reason `Flood`). Returns whether the message may be handled.
     fn charge(&mut self, fab: &mut Fabric, ep: EpId, what: Charge) -> bool {
-        let Some(i) = self.engine.conns.find(ep, |c| !c.io.closed && c.is_open()) else {
+        let Some(i) = self
+            .engine
+            .conns()
+            .find(ep, |c| !c.io.closed && c.is_open())
+        else {
             return true;
         };
         let ok = self.engine.handle_charge(i, fab.now_ms(), what);
@@ -780,7 +775,7 @@ impl Node {
             Why::Flood => self.flood_closes += 1,
             _ => {}
         }
-        let Some(c) = self.engine.conns.get_mut(i) else {
+        let Some(c) = self.engine.conn_mut(i) else {
             return;
         };
         let io = &mut c.io;
@@ -796,7 +791,7 @@ impl Node {
     /// send's failure is `PeerDown` too, as on UCX), else `PeerDown` (a receive is cancelled).
     fn end_op(&mut self, fab: &mut Fabric, id: OpId, peer: u64, cause: Option<FabricError>) {
         let down = NodeError::PeerDown { peer, cause };
-        let (lib, r, sent) = match self.engine.ops.remove(id) {
+        let (lib, r, sent) = match self.engine.ops_mut().remove(id) {
             Some(Op::Sending { lib, send, .. }) => match fab.send_take(send) {
                 Some(Ok(())) => (lib, Ok(None), true),
                 _ => (lib, Err(down), true),
@@ -809,32 +804,32 @@ impl Node {
                 }
             },
             Some(waiting) => {
-                self.engine.ops.put(id, Next::Wait(waiting));
+                self.engine.ops_mut().put(id, Next::Wait(waiting));
                 return;
             }
             None => return,
         };
         let done = self.finish(lib, r, sent);
-        self.engine.ops.put(id, done);
+        self.engine.ops_mut().put(id, done);
     }
 
     /// A receive waiting for `peer`, which closed in order: cancelled (`PeerDown` with no
     /// cause, as UCX's cancel gives on that node) unless it has already matched.
     fn cancel_op(&mut self, fab: &mut Fabric, id: OpId, peer: u64) {
-        let Some(Op::Receiving { lib, recv, .. }) = self.engine.ops.get(id) else {
+        let Some(Op::Receiving { lib, recv, .. }) = self.engine.ops().get(id) else {
             return;
         };
         let (lib, recv) = (*lib, *recv);
         if fab.recv_cancel(self.worker, recv) {
-            self.engine.ops.remove(id);
+            self.engine.ops_mut().remove(id);
             let down = NodeError::PeerDown { peer, cause: None };
             let done = self.finish(lib, Err(down), false);
-            self.engine.ops.put(id, done);
+            self.engine.ops_mut().put(id, done);
         }
     }
 
     fn flush_conn(&mut self, fab: &mut Fabric, i: ConnId) {
-        let Some(c) = self.engine.conns.get_mut(i) else {
+        let Some(c) = self.engine.conn_mut(i) else {
             return;
         };
         if c.io.closed {
@@ -857,29 +852,23 @@ impl Node {
     /// each to the session whose withdrawal it confirms; anything else there is a stray.
     fn take_ack_tags(&mut self, fab: &mut Fabric) {
         let layout = *self.registry.layout();
-        if self.engine.owner != QueueOwner::Node {
+        if self.engine.owner() != QueueOwner::Node {
             // Exactly the tags some session waits for (a host's tags may be anywhere else).
             let awaited: Vec<u64> = self
                 .engine
-                .conns
+                .conns()
                 .awaited_ack_tags(&layout, |io| !io.closed)
                 .collect();
             for tag in awaited {
                 if let Ok(Some(_)) = fab.tag_probe(self.worker, tag, u64::MAX, true) {
-                    self.engine
-                        .conns
-                        .claim_ack_tag(&layout, tag, |io| !io.closed);
+                    self.engine.handle_ack_tag(&layout, tag, |io| !io.closed);
                 }
             }
             return;
         }
         let space = layout.space(CONTROL_ID);
         while let Ok(Some(r)) = fab.tag_probe(self.worker, space.tag, space.mask, true) {
-            if !self
-                .engine
-                .conns
-                .claim_ack_tag(&layout, r.tag, |io| !io.closed)
-            {
+            if !self.engine.handle_ack_tag(&layout, r.tag, |io| !io.closed) {
                 self.stray += 1;
             }
         }
@@ -896,8 +885,8 @@ impl Node {
     }
 
     fn flush(&mut self, fab: &mut Fabric) {
-        for id in self.engine.conns.ids() {
-            if self.engine.conns.get(id).is_some_and(|c| c.is_open()) {
+        for id in self.engine.conns().ids() {
+            if self.engine.conns().get(id).is_some_and(|c| c.is_open()) {
                 self.flush_conn(fab, id);
             }
         }

@@ -256,7 +256,24 @@ struct Io {
     /// Control frames UCX has not finished sending on this endpoint.
     ctl_inflight: Vec<Request>,
     /// Test hook: this side withholds its acknowledgements (a peer that never answers).
+    #[cfg(feature = "test-hooks")]
     withhold_acks: bool,
+}
+
+impl Io {
+    /// Whether `frame`, an acknowledgement, is withheld ([`Node::withhold_acks_for_test`]).
+    #[cfg(feature = "test-hooks")]
+    fn withholds(&self, frame: Option<&[u8]>) -> bool {
+        use tagspace_core::wire::{decode, Frame};
+        self.withhold_acks
+            && frame.is_none_or(|f| matches!(decode(f), Ok(Frame::WithdrawAck { .. })))
+    }
+
+    /// Nothing is withheld without the test hooks.
+    #[cfg(not(feature = "test-hooks"))]
+    fn withholds(&self, _frame: Option<&[u8]>) -> bool {
+        false
+    }
 }
 
 /// The core engine, on UCX endpoints and requests.
@@ -599,7 +616,7 @@ impl Node {
         let mut node = node;
         match node.host {
             None => node.post_ack_recv()?,
-            Some(_) => node.engine.owner = QueueOwner::HOST,
+            Some(_) => node.engine.set_owner(QueueOwner::HOST),
         }
         tracing::info!(token = node.token, addr = ?node.listen_addr().ok(), "tagspace node up");
         Ok(node)
@@ -646,13 +663,12 @@ impl Node {
 
     /// Registers a library.
     pub fn register(&mut self, name: &str) -> Result<LibId, NodeError> {
-        let lib = self.engine.libs.register(self.registry, name)?;
+        let lib = self.engine.register(self.registry, name)?;
         tracing::debug!(
             name,
-            id = self.engine.libs.ns(lib)?.id(),
+            id = self.engine.libs().ns(lib)?.id(),
             "namespace registered"
         );
-        self.engine.conns.library_added(lib, &self.engine.libs);
         Ok(lib)
     }
 
@@ -672,7 +688,7 @@ impl Node {
             // the next name to take the id, UCX matching the oldest posted receive first. They
             // finish with UCS_ERR_CANCELED (one already matched to a rendezvous still completes
             // with its data, which was sent to this name).
-            for op in self.engine.ops.values() {
+            for op in self.engine.ops().values() {
                 if let Op::Receiving { lib: of, req, .. } = op {
                     if *of == lib {
                         req.cancel();
@@ -685,12 +701,12 @@ impl Node {
 
     /// The namespace of a library.
     pub fn namespace(&self, lib: LibId) -> Option<&Namespace<'static, CAP>> {
-        self.engine.libs.ns(lib).ok()
+        self.engine.libs().ns(lib).ok()
     }
 
     /// Counters of a library.
     pub fn counters(&self, lib: LibId) -> Counters {
-        self.engine.libs.counters(lib)
+        self.engine.libs().counters(lib)
     }
 
     /// Node-wide counters.
@@ -706,24 +722,23 @@ impl Node {
     /// The last [`PROTOCOL_ERRORS_KEPT`] control-plane errors from peers, oldest first (each
     /// closed that peer's connection only; `stats().protocol_errors` counts them all).
     pub fn protocol_errors(&self) -> &[SessionError] {
-        self.engine.conns.protocol_errors()
+        self.engine.conns().protocol_errors()
     }
 
     /// `lib` starts hearing of peers coming up and going down (a namespaced listener): every
     /// peer already up is reported at once.
     pub fn listen(&mut self, lib: LibId) -> Result<(), NodeError> {
-        let up = self.peers();
-        self.engine.libs.listen_peers(lib, up)
+        self.engine.listen(lib)
     }
 
     /// The next peer event for a listening library.
     pub fn peer_event(&mut self, lib: LibId) -> Option<PeerEvent> {
-        self.engine.libs.peer_event(lib)
+        self.engine.libs_mut().peer_event(lib)
     }
 
     /// Open, established connections to `peer`.
     pub fn live_connections_to(&self, peer: u64) -> usize {
-        self.engine.conns.live_to(peer)
+        self.engine.conns().live_to(peer)
     }
 
     /// Whether this node has work in flight that needs more progress to finish: a connection
@@ -734,7 +749,7 @@ impl Node {
         // A connection whose peer's HELLO came but whose PROOF has not is waiting on the peer
         // alone (an honest peer's PROOF is then in its own queue or on the wire); one that
         // claims an identity it cannot prove would otherwise count as busy until it is closed.
-        self.engine.conns.iter().any(|c| {
+        self.engine.conns().iter().any(|c| {
             c.is_open()
                 && (c.session().phase() == Phase::Connecting || !c.io.ctl_inflight.is_empty())
         }) || !self.background.is_empty()
@@ -745,12 +760,12 @@ impl Node {
     /// lingering, and closed ones whose endpoint UCX has not let go yet; closed connections are
     /// forgotten once their endpoint is gone (D5).
     pub fn connection_count(&self) -> usize {
-        self.engine.conns.len()
+        self.engine.conns().len()
     }
 
     /// Tokens of peers with an open, established connection.
     pub fn peers(&self) -> Vec<u64> {
-        self.engine.conns.peers()
+        self.engine.conns().peers()
     }
 
     /// Opens an endpoint to the node listening at `addr`; the handshake runs in `progress`.
@@ -778,14 +793,11 @@ impl Node {
             early: VecDeque::new(),
             early_bytes: 0,
             ctl_inflight: Vec::new(),
+            #[cfg(feature = "test-hooks")]
             withhold_acks: false,
         };
-        let (now, live) = (self.clock.now_ms(), self.engine.live.now());
-        let layout = self.registry.layout();
-        let i = self
-            .engine
-            .conns
-            .add(key, role, &self.identity, layout, now, live, io);
+        let (now, layout) = (self.clock.now_ms(), self.registry.layout());
+        let i = (self.engine).add_conn(key, role, &self.identity, layout, now, io);
         if let Some(e) = failed {
             self.engine.handle_failed(i, e);
             self.carry_out();
@@ -844,7 +856,7 @@ impl Node {
     pub fn peer_on(&self, ep: sys::ucp_ep_h) -> Option<u64> {
         let key = EpKey::of(ep);
         self.engine
-            .conns
+            .conns()
             .iter()
             .find(|c| {
                 c.key() == key && c.io.ep.is_some() && c.is_open() && c.session().is_established()
@@ -874,7 +886,7 @@ impl Node {
             op: "endpoint detached by the host",
             status: Status::CANCELED,
         };
-        if let Some(i) = self.engine.conns.find(key, |c| c.io.ep.is_some()) {
+        if let Some(i) = self.engine.conns().find(key, |c| c.io.ep.is_some()) {
             self.engine.close(i, Some(CloseReason::Normal));
             self.carry_out();
         }
@@ -910,7 +922,7 @@ impl Node {
     /// Forgets operation `op`, finished or not: a receive still waiting is cancelled, and a
     /// request UCX has not finished is parked with its buffer until UCX is done with it.
     pub fn forget(&mut self, op: OpId) {
-        self.engine.ops.forget(op);
+        self.engine.ops_mut().forget(op);
     }
 
     /// Takes the frames kept for endpoint `key` (oldest first) out of the unattached queue.
@@ -943,7 +955,9 @@ impl Node {
         self.unattached.push_back((key, bytes.to_vec()));
     }
 
-    /// Hostile-peer hook for tests: sends raw bytes as a control frame to `peer`.
+    /// Test hook (feature `test-hooks`): sends raw bytes as a control frame to `peer`, as a
+    /// hostile peer would.
+    #[cfg(feature = "test-hooks")]
     pub fn inject_control(&mut self, peer: u64, bytes: &[u8]) -> Result<(), NodeError> {
         let ep = self
             .endpoint_to(peer)
@@ -959,8 +973,8 @@ impl Node {
     /// `None` until the connection is established, which is only after the endpoint's wire-up
     /// has finished (U1): a send on it is never exposed to openucx/ucx#6872.
     pub fn endpoint_to(&self, peer: u64) -> Option<&Endpoint> {
-        let i = self.engine.conns.serving(peer).ok()?;
-        self.engine.conns.get(i)?.io.ep.as_ref()
+        let i = self.engine.conns().serving(peer).ok()?;
+        self.engine.conns().get(i)?.io.ep.as_ref()
     }
 
     /// The fast path: the endpoint to `peer` and the tag for `payload` in `lib`'s namespace
@@ -974,7 +988,10 @@ impl Node {
         peer: u64,
         payload: u64,
     ) -> Result<Option<(&Endpoint, u64)>, NodeError> {
-        let found = (self.engine.conns).route_tag(&self.engine.libs, lib, peer, payload);
+        let found = self
+            .engine
+            .conns()
+            .route_tag(self.engine.libs(), lib, peer, payload);
         let Some((c, tag)) = found.map_err(|m| m.error(peer))? else {
             return Ok(None);
         };
@@ -989,12 +1006,12 @@ impl Node {
         peer: u64,
         tag: impl FnOnce(&Namespace<'static, CAP>, Route) -> Result<Tag, TagError>,
     ) -> Result<Option<(&Endpoint, u64)>, NodeError> {
-        let Some((i, route)) = self.engine.conns.route(&self.engine.libs, lib, peer)? else {
+        let Some((i, route)) = self.engine.conns().route(self.engine.libs(), lib, peer)? else {
             return Ok(None);
         };
-        let ep = self.engine.conns.get(i).and_then(|c| c.io.ep.as_ref());
+        let ep = self.engine.conns().get(i).and_then(|c| c.io.ep.as_ref());
         let ep = ep.ok_or(NodeError::NoConnection { peer })?;
-        Ok(Some((ep, tag(self.engine.libs.ns(lib)?, route)?.raw())))
+        Ok(Some((ep, tag(self.engine.libs().ns(lib)?, route)?.raw())))
     }
 
     /// [`route_tag`](Self::route_tag) for the peer's inbox tag of `lib` ("a new transmission
@@ -1046,7 +1063,7 @@ impl Node {
         timeout_ms: u64,
     ) -> OpId {
         let w = Waiting::new(lib, peer, target, data, self.clock.now_ms(), timeout_ms);
-        let id = self.engine.ops.start(Next::Wait(Op::WaitingRoute(w)));
+        let id = self.engine.ops_mut().start(Next::Wait(Op::WaitingRoute(w)));
         self.advance_op(id);
         id
     }
@@ -1071,7 +1088,7 @@ impl Node {
     ) -> Result<(), NodeError> {
         let r = match self.route_tag(lib, peer, payload) {
             Ok(Some((ep, tag))) => ep.tag_send_from(tag, data).map_err(NodeError::from),
-            Ok(None) => Err(self.engine.libs.lacks(lib, peer, 0)),
+            Ok(None) => Err(self.engine.libs().lacks(lib, peer, 0)),
             Err(e) => Err(e),
         };
         self.count(lib, r.is_ok(), true);
@@ -1143,7 +1160,7 @@ impl Node {
     }
 
     fn count(&mut self, lib: LibId, ok: bool, sent: bool) {
-        self.engine.libs.count(lib, ok, sent);
+        self.engine.libs_mut().count(lib, ok, sent);
     }
 
     /// Posts a receive for `payload` in `lib`'s namespace from any proven peer, for a message
@@ -1180,9 +1197,9 @@ impl Node {
     /// guesses the value with probability `2^-pair_bits` per message). Receives of other peers
     /// are never touched, and [`cancel`](Self::cancel) keeps UCX's meaning for every receive.
     pub fn recv_from(&mut self, lib: LibId, peer: u64, payload: u64, max_len: usize) -> OpId {
-        if let Some(cause @ Some(_)) = self.engine.conns.failed_peer(peer) {
+        if let Some(cause @ Some(_)) = self.engine.conns().failed_peer(peer) {
             let r = self.finish(lib, Err(NodeError::PeerDown { peer, cause }), false);
-            return self.engine.ops.start(r);
+            return self.engine.ops_mut().start(r);
         }
         self.post(lib, Some(peer), payload, max_len)
     }
@@ -1197,7 +1214,7 @@ impl Node {
             }),
             Err(e) => self.finish(lib, Err(e), false),
         };
-        self.engine.ops.start(op)
+        self.engine.ops_mut().start(op)
     }
 
     /// The matcher for `payload` in `lib`'s namespace: from `peer` (exact, its pair value) or
@@ -1232,7 +1249,7 @@ impl Node {
     /// namespace.
     fn forged(&mut self, tag: u64) -> bool {
         let layout = self.registry.layout();
-        if !self.engine.conns.forged(layout, tag) {
+        if !self.engine.conns().forged(layout, tag) {
             return false;
         }
         count_stray(
@@ -1251,15 +1268,17 @@ impl Node {
     /// peer was given (a stranger's) is taken out and dropped as a stray, at most
     /// [`FORGED_PER_PROBE`] of them per call.
     pub fn probe_inbox(&mut self, lib: LibId, max_len: usize) -> Result<Option<OpId>, NodeError> {
-        let m = self.engine.libs.ns(lib)?.inbox_matcher_any_peer();
+        let m = self.engine.libs().ns(lib)?.inbox_matcher_any_peer();
         if let Some(held) = self.take_held(&m) {
             let req = held.recv_woken(max_len)?;
-            return Ok(Some(self.engine.ops.start(Next::Wait(Op::Receiving {
-                lib,
-                req,
-                from: None,
-                any: None,
-            }))));
+            return Ok(Some(self.engine.ops_mut().start(Next::Wait(
+                Op::Receiving {
+                    lib,
+                    req,
+                    from: None,
+                    any: None,
+                },
+            ))));
         }
         for _ in 0..FORGED_PER_PROBE {
             // Look first: a stranger's message is taken by its exact tag and never buffered
@@ -1280,12 +1299,14 @@ impl Node {
                 .tag_probe_take_woken(info.tag, u64::MAX, max_len)?
             {
                 None => Ok(None),
-                Some((_, req)) => Ok(Some(self.engine.ops.start(Next::Wait(Op::Receiving {
-                    lib,
-                    req,
-                    from: None,
-                    any: None,
-                })))),
+                Some((_, req)) => Ok(Some(self.engine.ops_mut().start(Next::Wait(
+                    Op::Receiving {
+                        lib,
+                        req,
+                        from: None,
+                        any: None,
+                    },
+                )))),
             };
         }
         Ok(None)
@@ -1317,7 +1338,7 @@ impl Node {
     /// takes them. A node whose worker nobody else uses says `false`: id-0 messages are strays
     /// like any unregistered id's (on a host's worker nothing is drained either way).
     pub fn set_legacy_tags(&mut self, used: bool) {
-        self.engine.sweep.set_id0_strays(!used);
+        self.engine.set_id0_strays(!used);
     }
 
     /// Bounds what each proven peer can leave waiting for `lib` (D5 for tag messages): from
@@ -1341,15 +1362,15 @@ impl Node {
     /// takes nothing, see [`oldest_waiting`](Self::oldest_waiting)), and only with a layout
     /// that has a pair field (it tells the sender). Called again, it sets the new limit.
     pub fn hold_backlog(&mut self, lib: LibId, limit: BacklogLimit) -> Result<(), NodeError> {
-        let id = self.engine.libs.ns(lib)?.id();
-        let (layout, owner) = (self.registry.layout(), self.engine.owner);
+        let id = self.engine.libs().ns(lib)?.id();
+        let (layout, owner) = (self.registry.layout(), self.engine.owner());
         (self.backlog.hold_checked(id, limit, layout, owner)).map_err(NodeError::Usage)
     }
 
     /// Whether strays keep coming, or more held namespaces' messages than a pass takes:
     /// the node, not a receive, has to take them.
     fn flooded(&self) -> bool {
-        self.engine.sweep.is_flooded() || self.backlog.is_saturated()
+        self.engine.sweep().is_flooded() || self.backlog.is_saturated()
     }
 
     /// How long a drain or hold pass may run ([`STRAY_FLOOD_BUDGET_US`] while flooded).
@@ -1378,7 +1399,7 @@ impl Node {
         // Peers the node forgot, and their pair values: what they left held can no longer be
         // received from them (a receive tied to one makes a new value), nor be told apart
         // from a stranger's.
-        let conns = &self.engine.conns;
+        let conns = self.engine.conns();
         let forgotten = conns.pairs_forgotten();
         let gone = (self.backlog).forget_unknown(forgotten, |p| conns.rx_pair_of(p).is_some());
         self.stats.backlog_dropped += gone.len() as u64;
@@ -1390,7 +1411,7 @@ impl Node {
             background: &mut self.background,
             oldest: None,
         };
-        let conns = &self.engine.conns;
+        let conns = self.engine.conns();
         let pass = self.backlog.pass(
             layout,
             &mut queue,
@@ -1435,10 +1456,10 @@ impl Node {
         peer: u64,
         payload: u64,
     ) -> Result<Option<tagspace_core::Matcher>, NodeError> {
-        let ns = self.engine.libs.ns(lib)?;
+        let ns = self.engine.libs().ns(lib)?;
         let pair = match self.registry.layout().pair_bits() {
             0 => Some(0),
-            _ => self.engine.conns.rx_pair_of(peer),
+            _ => self.engine.conns().rx_pair_of(peer),
         };
         Ok(match pair {
             Some(pair) => Some(ns.matcher_from(pair, payload)?),
@@ -1454,7 +1475,7 @@ impl Node {
         lib: LibId,
         payload: u64,
     ) -> Result<tagspace_core::Matcher, NodeError> {
-        Ok(self.engine.libs.ns(lib)?.matcher_any_peer(payload)?)
+        Ok(self.engine.libs().ns(lib)?.matcher_any_peer(payload)?)
     }
 
     /// The exact matcher of `lib`'s inbox as `peer` sends to it.
@@ -1464,14 +1485,14 @@ impl Node {
         peer: u64,
     ) -> Result<tagspace_core::Matcher, NodeError> {
         let layout = self.registry.layout();
-        let ns = self.engine.libs.ns(lib)?;
-        Ok(ns.inbox_matcher_from(self.engine.conns.rx_pair(peer, layout)))
+        let pair = self.engine.rx_pair(peer, layout);
+        Ok(self.engine.libs().ns(lib)?.inbox_matcher_from(pair))
     }
 
     /// `lib`'s inbox from any peer (the pair field free; check with
     /// [`sender_of`](Self::sender_of)).
     pub fn inbox_matcher_any_peer(&self, lib: LibId) -> Result<tagspace_core::Matcher, NodeError> {
-        Ok(self.engine.libs.ns(lib)?.inbox_matcher_any_peer())
+        Ok(self.engine.libs().ns(lib)?.inbox_matcher_any_peer())
     }
 
     /// Who sent a message with `tag` to a namespace here: the proven peer whose pair value it
@@ -1479,32 +1500,32 @@ impl Node {
     /// proved its identity here made the tag up (drop the message). Where the layout has no
     /// pair field nobody can tell: `None`.
     pub fn sender_of(&self, tag: u64) -> Option<u64> {
-        self.engine.conns.sender_of(self.registry.layout(), tag)
+        self.engine.conns().sender_of(self.registry.layout(), tag)
     }
 
     /// Listens on `lib`'s local AM id `local`.
     pub fn am_listen(&mut self, lib: LibId, local: u16) -> Result<(), NodeError> {
-        let id = self.engine.libs.am_listen(lib, local)?;
+        let id = self.engine.libs_mut().am_listen(lib, local)?;
         self.worker.set_am_handler(id)?;
         Ok(())
     }
 
     /// The next Active Message for `lib` on `local`.
     pub fn am_take(&mut self, lib: LibId, local: u16) -> Option<Vec<u8>> {
-        self.engine.libs.am_take(lib, local)
+        self.engine.libs_mut().am_take(lib, local)
     }
 
     /// Cancels a receive still waiting for its message (it then finishes with
     /// `UCS_ERR_CANCELED`); no effect on other operations.
     pub fn cancel(&mut self, op: OpId) {
-        if let Some(Op::Receiving { req, .. }) = self.engine.ops.get(op) {
+        if let Some(Op::Receiving { req, .. }) = self.engine.ops().get(op) {
             req.cancel();
         }
     }
 
     /// Whether `op` has finished (without taking it).
     pub fn is_done(&self, op: OpId) -> bool {
-        self.engine.ops.is_done(op)
+        self.engine.ops().is_done(op)
     }
 
     /// The result of an operation once it has finished (`Ok(Some(data))` for receives); taking
@@ -1513,20 +1534,20 @@ impl Node {
         if !self.is_done(op) {
             self.advance_op(op);
         }
-        self.engine.ops.take(op)
+        self.engine.ops_mut().take(op)
     }
 
     /// Operations not yet taken.
     pub fn pending_ops(&self) -> usize {
-        self.engine.ops.len()
+        self.engine.ops().len()
     }
 
     fn finish(&mut self, lib: LibId, r: Result<Option<Vec<u8>>, NodeError>, sent: bool) -> Step {
-        Next::finished(&mut self.engine.libs, lib, r, sent)
+        Next::finished(self.engine.libs_mut(), lib, r, sent)
     }
 
     fn advance_op(&mut self, id: OpId) {
-        let Some(op) = self.engine.ops.remove(id) else {
+        let Some(op) = self.engine.ops_mut().remove(id) else {
             return;
         };
         let next = match op {
@@ -1550,9 +1571,10 @@ impl Node {
                 Some(Err(e)) if e.status == crate::ucp::Status::CANCELED => {
                     // Cancelled because its peer closed (see `recv_from`), its library was
                     // released, or by the library.
-                    let e = match from.and_then(|p| Some((p, self.engine.conns.failed_peer(p)?))) {
+                    let e = match from.and_then(|p| Some((p, self.engine.conns().failed_peer(p)?)))
+                    {
                         // Released first: the same answer whatever its peer did meanwhile.
-                        _ if self.engine.libs.get(lib).is_none() => NodeError::NoSuchLibrary,
+                        _ if self.engine.libs().get(lib).is_none() => NodeError::NoSuchLibrary,
                         Some((peer, cause)) => NodeError::PeerDown { peer, cause },
                         None => e.into(),
                     };
@@ -1579,7 +1601,7 @@ impl Node {
                 Some(Err(e)) => self.finish(lib, Err(e.into()), false),
             },
         };
-        self.engine.ops.put(id, next);
+        self.engine.ops_mut().put(id, next);
     }
 
     fn try_waiting(&mut self, mut w: Waiting) -> Step {
@@ -1588,7 +1610,7 @@ impl Node {
             Ok(Sent::InFlight(req, conn)) => Next::Wait(Op::Sending { lib, req, conn }),
             Ok(Sent::Complete) => self.finish(lib, Ok(None), true),
             Ok(Sent::Blocked(why)) => {
-                match w.blocked(why, self.clock.now_ms(), &self.engine.libs) {
+                match w.blocked(why, self.clock.now_ms(), self.engine.libs()) {
                     Ok(w) => Next::Wait(Op::WaitingRoute(w)),
                     Err(e) => self.finish(lib, Err(e), true),
                 }
@@ -1605,7 +1627,7 @@ impl Node {
             Resolved::Wait(why) => return Ok(Sent::Blocked(why)),
         };
         let peer = w.peer;
-        let c = (self.engine.conns.get(i)).ok_or(NodeError::NoConnection { peer })?;
+        let c = (self.engine.conns().get(i)).ok_or(NodeError::NoConnection { peer })?;
         let ep = c.io.ep.as_ref().ok_or(NodeError::NoConnection { peer })?;
         let data = std::mem::take(&mut w.data);
         let started = match dest {
@@ -1665,22 +1687,20 @@ impl Node {
         // D6: only the operations something happened to.
         self.worker.take_completed(&mut self.completed);
         for addr in self.completed.drain(..) {
-            self.engine.ops.completed(addr as u64);
+            self.engine.ops_mut().completed(addr as u64);
         }
         for id in self.engine.due_ops(self.clock.now_ms()) {
             self.advance_op(id);
         }
-        for c in self.engine.conns.iter_mut() {
-            c.io.ctl_inflight.retain_mut(|r| r.test().is_none());
+        for io in self.engine.ios_mut() {
+            io.ctl_inflight.retain_mut(|r| r.test().is_none());
         }
         self.engine.handle_timeout(self.clock.now_ms());
         self.carry_out();
         self.close_retired();
         self.background.retain_mut(|r| r.test().is_none());
         let now = self.clock.now_ms();
-        self.engine
-            .conns
-            .forget(|c| c.io.ep.is_none(), &mut self.engine.unpins, now);
+        self.engine.forget_ended(|c| c.io.ep.is_none(), now);
         // Never on a host's worker (coexistence: the host's libraries own every tag tagspace
         // does not; nothing is swept out of the host's queue). One time budget for both.
         let deadline = Instant::now() + self.drain_budget();
@@ -1768,7 +1788,7 @@ impl Node {
             self.abandon_closing(c, e);
             return;
         }
-        let Some(i) = self.engine.conns.find(key, |c| c.io.ep.is_some()) else {
+        let Some(i) = self.engine.conns().find(key, |c| c.io.ep.is_some()) else {
             return;
         };
         tracing::debug!(error = %e, "endpoint failed");
@@ -1798,7 +1818,7 @@ impl Node {
                 // Orderly close: UCX's cancel (a matched receive still completes); the
                 // cancelled receive ends as `PeerDown` when UCX reports it.
                 Action::Cancel { op, .. } => {
-                    if let Some(Op::Receiving { req, .. }) = self.engine.ops.get(op) {
+                    if let Some(Op::Receiving { req, .. }) = self.engine.ops().get(op) {
                         req.cancel();
                     }
                 }
@@ -1816,7 +1836,8 @@ impl Node {
     /// endpoint's requests in progress for ever (a shared-memory lane to a dead peer is never
     /// discarded) — and it is force-closed at once.
     fn close(&mut self, i: ConnId, how: CloseHow, why: Why) {
-        let Some(c) = self.engine.conns.get_mut(i) else {
+        let limits = self.engine.limits();
+        let Some(c) = self.engine.conn_mut(i) else {
             return;
         };
         let (key, peer) = (c.key(), c.peer());
@@ -1825,7 +1846,7 @@ impl Node {
         match why {
             Why::Flood => tracing::warn!(
                 ?peer,
-                limits = ?self.engine.limits,
+                ?limits,
                 "peer sent more than its limits allow; closing its connection"
             ),
             Why::ProtocolError(error) => tracing::warn!(
@@ -1875,11 +1896,11 @@ impl Node {
     /// the dead peer's rendezvous — is dropped: a receive is cancelled, and either is parked
     /// with its buffer on the worker until UCX is done with it.
     fn end_op(&mut self, id: OpId, peer: u64, cause: Option<UcxError>) {
-        let (lib, mut req, sent) = match self.engine.ops.remove(id) {
+        let (lib, mut req, sent) = match self.engine.ops_mut().remove(id) {
             Some(Op::Sending { lib, req, .. }) => (lib, req, true),
             Some(Op::Receiving { lib, req, .. }) => (lib, req, false),
             Some(waiting) => {
-                self.engine.ops.put(id, Next::Wait(waiting));
+                self.engine.ops_mut().put(id, Next::Wait(waiting));
                 return;
             }
             None => return,
@@ -1895,15 +1916,15 @@ impl Node {
             }
         };
         let done = self.finish(lib, r, sent);
-        self.engine.ops.put(id, done);
+        self.engine.ops_mut().put(id, done);
     }
 
     /// U1: completes the first flush of new endpoints; once one has, the control frames that
     /// waited for it are handled in order and its own frames may go out.
     fn poll_wireup(&mut self) -> bool {
         let mut busy = false;
-        for i in self.engine.conns.ids() {
-            let Some(c) = self.engine.conns.get_mut(i) else {
+        for i in self.engine.conns().ids() {
+            let Some(c) = self.engine.conn_mut(i) else {
                 continue;
             };
             let key = c.key();
@@ -1965,7 +1986,7 @@ impl Node {
         }
         let layout = self.registry.layout();
         if let engine::AmDelivery::Stray { ns_id } =
-            self.engine.libs.deliver_am(layout, am.id, am.data)
+            self.engine.libs_mut().deliver_am(layout, am.id, am.data)
         {
             self.stats.stray += 1;
             if let Some(s) = self.stray_by_id.get_mut(ns_id as usize) {
@@ -1985,7 +2006,7 @@ impl Node {
         };
         let Some(i) = self
             .engine
-            .conns
+            .conns()
             .find(key, |c| c.io.ep.is_some() && c.is_open())
         else {
             return true;
@@ -1996,7 +2017,7 @@ impl Node {
     }
 
     fn on_control(&mut self, key: EpKey, bytes: &[u8]) {
-        let Some(i) = self.engine.conns.find(key, |c| c.io.ep.is_some()) else {
+        let Some(i) = self.engine.conns().find(key, |c| c.io.ep.is_some()) else {
             if self.host.is_some() {
                 // The host may attach this endpoint later: keep the frame (bounded).
                 self.keep_unattached(key, bytes);
@@ -2005,7 +2026,7 @@ impl Node {
             tracing::warn!("control frame from an unknown endpoint dropped");
             return;
         };
-        let Some(c) = self.engine.conns.get_mut(i) else {
+        let Some(c) = self.engine.conn_mut(i) else {
             return;
         };
         let open = c.is_open();
@@ -2044,7 +2065,7 @@ impl Node {
         }
         let busy: std::collections::HashSet<EpKey> = self
             .engine
-            .ops
+            .ops()
             .values()
             .filter_map(|op| match op {
                 Op::Sending { conn, .. } => Some(*conn),
@@ -2066,12 +2087,12 @@ impl Node {
         }
     }
 
-    /// Test hook: this node stops acknowledging `peer`'s withdrawals (both halves), as a peer
-    /// that never answers would.
-    #[doc(hidden)]
+    /// Test hook (feature `test-hooks`): this node stops acknowledging `peer`'s withdrawals
+    /// (both halves), as a peer that never answers would.
+    #[cfg(feature = "test-hooks")]
     pub fn withhold_acks_for_test(&mut self, peer: u64) -> Result<(), NodeError> {
-        let i = self.engine.conns.serving(peer)?;
-        if let Some(c) = self.engine.conns.get_mut(i) {
+        let i = self.engine.conns().serving(peer)?;
+        if let Some(c) = self.engine.conn_mut(i) {
             c.io.withhold_acks = true;
         }
         Ok(())
@@ -2079,7 +2100,7 @@ impl Node {
 
     fn flush_conn(&mut self, i: ConnId) -> bool {
         let mut sent = false;
-        let Some(c) = self.engine.conns.get_mut(i) else {
+        let Some(c) = self.engine.conn_mut(i) else {
             return false;
         };
         let (session, io) = c.parts();
@@ -2087,12 +2108,7 @@ impl Node {
             return false;
         };
         while let Ok(Some(n)) = session.poll_transmit(self.registry, &mut self.buf) {
-            if io.withhold_acks
-                && matches!(
-                    tagspace_core::wire::decode(&self.buf[..n]),
-                    Ok(tagspace_core::wire::Frame::WithdrawAck { .. })
-                )
-            {
+            if io.withholds(Some(&self.buf[..n])) {
                 continue;
             }
             sent = true;
@@ -2113,7 +2129,7 @@ impl Node {
         // R7: the tag half of each withdrawal acknowledgement, posted after every tag message
         // this node has already posted on the endpoint (so UCX delivers it after them).
         while let Some(tag) = session.poll_ack_tag(self.registry.layout()) {
-            if io.withhold_acks {
+            if io.withholds(None) {
                 continue;
             }
             sent = true;
@@ -2190,7 +2206,7 @@ impl Node {
         let layout = self.registry.layout();
         let wanted: std::collections::HashSet<u64> = self
             .engine
-            .conns
+            .conns()
             .awaited_ack_tags(layout, |io| io.ep.is_some())
             .collect();
         if wanted.is_empty() && self.ack_exact.is_empty() {
@@ -2217,7 +2233,10 @@ impl Node {
 
     fn on_ack_tag(&mut self, tag: u64) {
         let layout = self.registry.layout();
-        if (self.engine.conns).claim_ack_tag(layout, tag, |io| io.ep.is_some()) {
+        if self
+            .engine
+            .handle_ack_tag(layout, tag, |io| io.ep.is_some())
+        {
             self.stats.acks_received += 1;
         } else {
             // Unknown, stale or forged: nobody's withdrawal is waiting for it.
@@ -2247,13 +2266,13 @@ impl Node {
     /// still waits in UCX's queue in them (host mode; see [`Node::adopt`]), or (own worker)
     /// because the stray drain has not finished with them yet.
     pub fn quarantine_held(&self) -> usize {
-        self.engine.unpins.held(self.registry)
+        self.engine.unpins().held(self.registry)
     }
 
     fn flush(&mut self) -> bool {
         let mut sent = false;
-        for i in self.engine.conns.ids() {
-            if self.engine.conns.get(i).is_some_and(|c| c.is_open()) {
+        for i in self.engine.conns().ids() {
+            if self.engine.conns().get(i).is_some_and(|c| c.is_open()) {
                 sent |= self.flush_conn(i);
             }
         }
@@ -2329,9 +2348,7 @@ impl Drop for Node {
     /// Gives back every pin this node's sessions hold (R7): its worker goes with it, so nothing
     /// more can arrive here for those ids.
     fn drop(&mut self) {
-        self.engine
-            .conns
-            .release_all(self.registry, &mut self.engine.unpins);
+        self.engine.release_all(self.registry);
     }
 }
 

@@ -474,7 +474,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     /// itself on a connection, or earlier, when a receive tied to it is posted — and given to
     /// the peer (a PAIR frame) only once it has proven its identity. A receive tied to `peer`
     /// matches its tags exactly with it ([`crate::Namespace::matcher_from`]).
-    pub fn rx_pair(&mut self, peer: u64, layout: &TagLayout) -> u32 {
+    pub(crate) fn rx_pair(&mut self, peer: u64, layout: &TagLayout) -> u32 {
         self.pairs.bits = layout.pair_bits();
         self.pairs.value_for(peer)
     }
@@ -537,7 +537,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     /// `now_ms` and live time `live_ms` (its deadlines start there). Returns its handle.
     // Sans-IO: each input is a plain value the adapter passes (no context object to build).
     #[allow(clippy::too_many_arguments)]
-    pub fn add(
+    pub(crate) fn add(
         &mut self,
         key: K,
         role: Role,
@@ -636,7 +636,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
 
     /// Rebuilds the peer index (after a connection was established, superseded, ended or
     /// forgotten). Cheap enough for every such change; a stale entry only costs a scan.
-    pub fn reindex(&mut self) {
+    pub(crate) fn reindex(&mut self) {
         self.epoch += 1;
         self.serving.clear();
         for (i, c) in self.conns.iter().enumerate() {
@@ -683,7 +683,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
 
     /// Library `lib` was registered: each connection's cache gains its route (O(connections),
     /// not a refresh of every library).
-    pub fn library_added<'r>(&mut self, lib: LibId, libs: &Libraries<'r, CAP, E>)
+    pub(crate) fn library_added<'r>(&mut self, lib: LibId, libs: &Libraries<'r, CAP, E>)
     where
         E: Clone,
     {
@@ -763,7 +763,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     }
 
     /// A library was released: no connection's cache routes it any more.
-    pub fn library_released(&mut self, lib: LibId) {
+    pub(crate) fn library_released(&mut self, lib: LibId) {
         self.epoch += 1;
         for c in &mut self.conns {
             if let Some(r) = c.routes.get_mut(lib.0) {
@@ -805,7 +805,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     /// Hands a control frame that arrived on connection `i` to its session at adapter time
     /// `now_ms`, and decides what follows (P1, P3, P4, P6). Frames on a connection out of
     /// service are ignored.
-    pub fn on_control<'r>(
+    pub(crate) fn on_control<'r>(
         &mut self,
         id: ConnId,
         bytes: &[u8],
@@ -901,7 +901,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
 
     /// Superseded connections whose linger is over at `now_ms`, each handed out once: their
     /// endpoints are to be closed.
-    pub fn take_lingered(&mut self, now_ms: u64) -> Vec<ConnId> {
+    pub(crate) fn take_lingered(&mut self, now_ms: u64) -> Vec<ConnId> {
         let mut over = Vec::new();
         for c in self.conns.iter_mut() {
             if matches!(c.state, LinkState::Superseded { until_ms } if now_ms >= until_ms)
@@ -916,7 +916,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
 
     /// Marks superseded connection `id`'s endpoint as handed back for closing; `false` if it
     /// was already (or is not superseded).
-    pub fn retire(&mut self, id: ConnId) -> bool {
+    pub(crate) fn retire(&mut self, id: ConnId) -> bool {
         let Some(i) = self.pos(id) else {
             return false;
         };
@@ -929,7 +929,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     /// This side cuts connection `i` off: queues a CLOSE with `reason` (or keeps the one the
     /// session already queued) and records it. The adapter then flushes the connection and
     /// calls [`end`](Self::end).
-    pub fn cut_off(&mut self, id: ConnId, reason: Option<CloseReason>) {
+    pub(crate) fn cut_off(&mut self, id: ConnId, reason: Option<CloseReason>) {
         let Some(i) = self.pos(id) else {
             return;
         };
@@ -944,7 +944,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
 
     /// Connection `i` ended (closed in order, `cause` `None`; or failed): out of service. If it
     /// was the peer's last, the listening libraries hear `Down` and the answer names the peer.
-    pub fn end<'r>(
+    pub(crate) fn end<'r>(
         &mut self,
         id: ConnId,
         cause: Option<E>,
@@ -971,7 +971,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     /// Connection `i`'s transport failed with `e`. A superseded connection's failure is
     /// expected (the peer closed its side) and changes nothing; otherwise as
     /// [`end`](Self::end) with the error.
-    pub fn failed<'r>(
+    pub(crate) fn failed<'r>(
         &mut self,
         id: ConnId,
         e: E,
@@ -994,7 +994,13 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     /// Counts one message from connection `i` against `limits` at adapter time `now_ms`:
     /// `false` if the peer is over its limit (the adapter cuts it off with
     /// [`CloseReason::Flood`]).
-    pub fn charge(&mut self, id: ConnId, now_ms: u64, what: Charge, limits: PeerLimits) -> bool {
+    pub(crate) fn charge(
+        &mut self,
+        id: ConnId,
+        now_ms: u64,
+        what: Charge,
+        limits: PeerLimits,
+    ) -> bool {
         let Some(i) = self.pos(id) else {
             return true;
         };
@@ -1016,7 +1022,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     /// R7: a withdrawal acknowledgement tag arrived; hands it to the session (among those
     /// `usable` accepts) whose withdrawal it confirms. `false`: nobody's — unknown, stale or
     /// forged, a stray.
-    pub fn claim_ack_tag(
+    pub(crate) fn claim_ack_tag(
         &mut self,
         layout: &TagLayout,
         tag: u64,
@@ -1045,7 +1051,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
 
     /// One deadline pass ([`super::sweep`]): `(index, what to do)` for each open connection
     /// that needs something.
-    pub fn sweep(
+    pub(crate) fn sweep(
         &mut self,
         clock: &mut LiveClock,
         now_ms: u64,
@@ -1061,7 +1067,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     /// D5: removes ended connections that `done` says the adapter is finished with (their
     /// endpoint is gone), remembering how their peers went, and hands their pins to
     /// `unpins` (R7). Returns whether any went.
-    pub fn forget(
+    pub(crate) fn forget(
         &mut self,
         done: impl Fn(&Connection<K, X, E, CAP>) -> bool,
         unpins: &mut super::Unpins<CAP>,
@@ -1111,7 +1117,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     }
 
     /// The node goes: every session's pins are given back (see [`super::Unpins::release_all`]).
-    pub fn release_all(
+    pub(crate) fn release_all(
         &mut self,
         registry: &crate::Registry<CAP>,
         unpins: &mut super::Unpins<CAP>,

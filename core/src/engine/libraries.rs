@@ -71,7 +71,7 @@ impl<'r, const CAP: usize, E: Clone> Libraries<'r, CAP, E> {
     }
 
     /// Registers `name` in `registry` and adds it (R1–R7 are the registry's).
-    pub fn register(
+    pub(crate) fn register(
         &mut self,
         registry: &'r Registry<CAP>,
         name: &str,
@@ -88,7 +88,7 @@ impl<'r, const CAP: usize, E: Clone> Libraries<'r, CAP, E> {
 
     /// Takes a library out (its namespace is released when the returned value is dropped:
     /// the adapter first clears its AM handlers and cancels its receives).
-    pub fn remove(&mut self, lib: LibId) -> Option<Library<'r, CAP, E>> {
+    pub(crate) fn remove(&mut self, lib: LibId) -> Option<Library<'r, CAP, E>> {
         self.libs.get_mut(lib.0).and_then(Option::take)
     }
 

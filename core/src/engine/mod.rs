@@ -47,30 +47,37 @@ use crate::wire::CloseReason;
 use core::fmt;
 
 /// One node's protocol state (feature `alloc`): everything the engine decides with, in one
-/// sans-IO value the adapter owns next to its transport. The parts are public so that the
-/// adapter can hand several to one call (a connection's control frame updates the library
-/// table, a send reads both).
+/// sans-IO value the adapter owns next to its transport. The tables are private: the adapter
+/// reads them through getters, changes its own transport state through [`conn_mut`]
+/// (a connection's `io`) and its operations through [`ops_mut`], and reports everything else
+/// as an input (the `handle_*` methods, [`register`](Self::register), [`release`],
+/// [`close`](Self::close), …), after which it carries out what [`poll_action`] asks.
+///
+/// [`conn_mut`]: Self::conn_mut
+/// [`ops_mut`]: Self::ops_mut
+/// [`release`]: Self::release
+/// [`poll_action`]: Self::poll_action
 #[cfg(feature = "alloc")]
 pub struct Engine<'r, K, X, T, E, const CAP: usize> {
     /// The connections (sessions, states, deadlines, route caches, peer index, peers gone).
-    pub conns: Connections<K, X, E, CAP>,
+    conns: Connections<K, X, E, CAP>,
     /// The libraries registered here.
-    pub libs: Libraries<'r, CAP, E>,
+    libs: Libraries<'r, CAP, E>,
     /// The operations started here.
-    pub ops: Ops<T, E>,
+    ops: Ops<T, E>,
     /// R7: ids on their way back to the registry.
-    pub unpins: Unpins<CAP>,
+    unpins: Unpins<CAP>,
     /// The heartbeat's clock (adapter time counted only while the node progresses).
-    pub live: LiveClock,
+    live: LiveClock,
     /// The heartbeat's settings (`None`: off).
-    pub liveness: Option<Liveness>,
+    liveness: Option<Liveness>,
     /// The per-connection flood limits (D5).
-    pub limits: PeerLimits,
+    limits: PeerLimits,
     /// The stray sweep (D2 within D4's bound).
-    pub sweep: Sweep,
+    sweep: Sweep,
     /// Whose queue the worker's is: the node's (strays swept, quarantined ids drained) or a
     /// host's ([`QueueOwner::HOST`]: nothing taken, ids held while anything waits in them).
-    pub owner: QueueOwner,
+    owner: QueueOwner,
     /// What the adapter is to do next ([`Engine::poll_action`]).
     actions: actions::Actions<E>,
 }
@@ -97,6 +104,161 @@ impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, 
             owner: QueueOwner::Node,
             actions: Default::default(),
         }
+    }
+
+    /// The connections.
+    pub fn conns(&self) -> &Connections<K, X, E, CAP> {
+        &self.conns
+    }
+
+    /// Connection `id`, to change its transport state (`io`) or send what its session queued;
+    /// `None` once it is forgotten.
+    pub fn conn_mut(&mut self, id: ConnId) -> Option<&mut Connection<K, X, E, CAP>> {
+        self.conns.get_mut(id)
+    }
+
+    /// Every connection's transport state.
+    pub fn ios_mut(&mut self) -> impl Iterator<Item = &mut X> + '_ {
+        self.conns.iter_mut().map(|c| &mut c.io)
+    }
+
+    /// The libraries registered here.
+    pub fn libs(&self) -> &Libraries<'r, CAP, E> {
+        &self.libs
+    }
+
+    /// The libraries, for what concerns each alone (its counters, its Active Messages, its
+    /// peer events).
+    pub fn libs_mut(&mut self) -> &mut Libraries<'r, CAP, E> {
+        &mut self.libs
+    }
+
+    /// The operations started here.
+    pub fn ops(&self) -> &Ops<T, E> {
+        &self.ops
+    }
+
+    /// The operations, which the adapter starts, moves along and ends.
+    pub fn ops_mut(&mut self) -> &mut Ops<T, E> {
+        &mut self.ops
+    }
+
+    /// R7's ids on their way back to the registry.
+    pub fn unpins(&self) -> &Unpins<CAP> {
+        &self.unpins
+    }
+
+    /// The stray sweep.
+    pub fn sweep(&self) -> &Sweep {
+        &self.sweep
+    }
+
+    /// Whether the sweep takes id 0's unexpected messages (no legacy code receives them).
+    pub fn set_id0_strays(&mut self, take: bool) {
+        self.sweep.set_id0_strays(take);
+    }
+
+    /// Whose queue the worker's is.
+    pub fn owner(&self) -> QueueOwner {
+        self.owner
+    }
+
+    /// Sets whose queue the worker's is (a host's: nothing is taken from it).
+    pub fn set_owner(&mut self, owner: QueueOwner) {
+        self.owner = owner;
+    }
+
+    /// The heartbeat's settings (`None`: off).
+    pub fn liveness(&self) -> Option<Liveness> {
+        self.liveness
+    }
+
+    /// Changes the heartbeat's settings (`None`: off).
+    pub fn set_liveness(&mut self, liveness: Option<Liveness>) {
+        self.liveness = liveness;
+    }
+
+    /// The per-connection flood limits (D5).
+    pub fn limits(&self) -> PeerLimits {
+        self.limits
+    }
+
+    /// Changes the per-connection flood limits.
+    pub fn set_limits(&mut self, limits: PeerLimits) {
+        self.limits = limits;
+    }
+
+    /// A connection the adapter opened (`Role::Initiator`) or accepted, at adapter time
+    /// `now_ms`, with its transport state `io`; its handshake starts (its HELLO is queued).
+    pub fn add_conn(
+        &mut self,
+        key: K,
+        role: crate::wire::Role,
+        identity: &crate::Identity,
+        layout: &crate::TagLayout,
+        now_ms: u64,
+        io: X,
+    ) -> ConnId {
+        let live = self.live.now();
+        self.conns
+            .add(key, role, identity, layout, now_ms, live, io)
+    }
+
+    /// Registers library `name` in `registry`; routes to it are looked up from now on.
+    pub fn register(
+        &mut self,
+        registry: &'r crate::Registry<CAP>,
+        name: &str,
+    ) -> Result<LibId, NodeError<E>> {
+        let lib = self.libs.register(registry, name)?;
+        self.conns.library_added(lib, &self.libs);
+        Ok(lib)
+    }
+
+    /// `lib` starts hearing of peers coming up and going down; the peers up now at once.
+    pub fn listen(&mut self, lib: LibId) -> Result<(), NodeError<E>> {
+        let up = self.conns.peers();
+        self.libs.listen_peers(lib, up)
+    }
+
+    /// The pair value this node gives `peer` (made now if need be): what `peer`'s tags carry
+    /// here, for an exact receive from it.
+    pub fn rx_pair(&mut self, peer: u64, layout: &crate::TagLayout) -> u32 {
+        self.conns.rx_pair(peer, layout)
+    }
+
+    /// R7: a withdrawal acknowledgement tag arrived; `false` if nobody's withdrawal (among the
+    /// connections `usable` accepts) waits for it — a stray.
+    pub fn handle_ack_tag(
+        &mut self,
+        layout: &crate::TagLayout,
+        tag: u64,
+        usable: impl Fn(&X) -> bool,
+    ) -> bool {
+        self.conns.claim_ack_tag(layout, tag, usable)
+    }
+
+    /// D5: forgets ended connections that `done` says the adapter is finished with (their
+    /// endpoint is gone); their pins go on their way back to the registry (R7).
+    pub fn forget_ended(&mut self, done: impl Fn(&Connection<K, X, E, CAP>) -> bool, now_ms: u64) {
+        self.conns.forget(done, &mut self.unpins, now_ms);
+    }
+
+    /// The node goes (its worker with it, so nothing more arrives for its ids): every pin its
+    /// sessions hold is given back to `registry` now (R7).
+    pub fn release_all(&mut self, registry: &crate::Registry<CAP>) {
+        self.conns.release_all(registry, &mut self.unpins);
+    }
+
+    /// The tag for `payload` in `lib`'s namespace at `peer`, and the connection serving it
+    /// ([`Connections::route_tag`]).
+    pub fn route_tag(
+        &self,
+        lib: LibId,
+        peer: u64,
+        payload: u64,
+    ) -> Result<Option<RouteHit<'_, K, X, E, CAP>>, RouteMiss> {
+        self.conns.route_tag(&self.libs, lib, peer, payload)
     }
 
     /// R7's last step, one pass: collects the withdrawals peers confirmed, then gives back
@@ -222,7 +384,8 @@ mod conns;
 #[cfg(feature = "alloc")]
 pub use conns::{
     Blocked, Charge, ConnId, Connection, Connections, Control, LinkState, PeerGone, PeerLimits,
-    RouteMiss, TokenHash, TokenHasher, GONE_PEERS_MAX, PROTOCOL_ERRORS_KEPT, SUPERSEDED_LINGER_MS,
+    RouteHit, RouteMiss, TokenHash, TokenHasher, GONE_PEERS_MAX, PROTOCOL_ERRORS_KEPT,
+    SUPERSEDED_LINGER_MS,
 };
 #[cfg(feature = "alloc")]
 mod libraries;

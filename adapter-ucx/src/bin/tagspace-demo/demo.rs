@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use tagspace_core::wellknown::CONTROL_ID;
 use tagspace_core::wire::CloseReason;
 use tagspace_ucx::node::{LibId, Liveness, Node, NodeConfig, OpId, PeerEvent};
 use tagspace_ucx::ucp::{ucx_version, Config, Request, Started, UCX_API_BUILT};
@@ -369,11 +370,23 @@ fn peer(o: &Opts) -> Result<(), String> {
 
     if o.hostile == Some(me) {
         // Malformed control frames (a HELLO with a truncated body) to everyone, then nothing.
+        // Sent as any process on the network could: an Active Message on the control
+        // namespace's first AM id, on the shared endpoint.
+        let layout = node.layout();
+        let control_am = (CONTROL_ID as u32 * layout.am_ids_per_namespace()) as u16;
+        let mut pending: Vec<Request> = Vec::new();
         for p in &others {
-            let _ = node.inject_control(p.token, b"TS\x01\x01\x00\x09\x00\x10\x40garbage");
+            let garbage = b"TS\x01\x01\x00\x09\x00\x10\x40garbage".to_vec();
+            if let Some(Ok(Started::Pending(r))) = node
+                .endpoint_to(p.token)
+                .map(|ep| ep.am_send(control_am, garbage))
+            {
+                pending.push(r);
+            }
         }
         println!("DONE hostile");
         wait_exit(&input, &mut node);
+        drop(pending);
         return Ok(());
     }
 
