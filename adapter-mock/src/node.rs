@@ -163,6 +163,7 @@ impl Node {
             control_am,
             // Fixed keys: a simulation stays reproducible (a real node's are random).
             engine: Engine::new(
+                registry,
                 [
                     0x243f_6a88_85a3_08d3 ^ worker.0 as u64,
                     0x9e37_79b9_7f4a_7c15,
@@ -235,7 +236,7 @@ impl Node {
 
     /// Registers a library.
     pub fn register(&mut self, name: &str) -> Result<LibId, NodeError> {
-        self.engine.register(self.registry, name)
+        self.engine.register(name)
     }
 
     /// Releases a library: its id is withdrawn from every peer at the next `progress`, and its
@@ -880,7 +881,7 @@ impl Node {
     fn release_pins(&mut self, fab: &mut Fabric) {
         let now = fab.now_ms();
         let mut queue = FabricQueue::new(fab, self.worker, self.registry.layout());
-        let pass = self.engine.unpin_due(self.registry, now, &mut queue);
+        let pass = self.engine.unpin_due(now, &mut queue);
         self.stray += pass.strays;
     }
 
@@ -898,7 +899,7 @@ impl Node {
     /// tagspace's to take.
     pub fn drain_strays(&mut self, fab: &mut Fabric) {
         let mut queue = FabricQueue::new(fab, self.worker, self.registry.layout());
-        let (taken, _, _) = self.engine.sweep_pass(self.registry, &mut queue, || false);
+        let (taken, _, _) = self.engine.sweep_pass(&mut queue, || false);
         self.stray += taken;
         self.forged += queue.forged;
     }

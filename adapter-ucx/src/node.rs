@@ -596,7 +596,13 @@ impl Node {
             worker,
             listener,
             control_am,
-            engine: Engine::new(index_keys(), cfg.clock.now_ms(), cfg.liveness, cfg.limits),
+            engine: Engine::new(
+                registry,
+                index_keys(),
+                cfg.clock.now_ms(),
+                cfg.liveness,
+                cfg.limits,
+            ),
             stats: NodeStats::default(),
             stray_by_id: vec![0; CAP],
             backlog: engine::Backlog::new(),
@@ -663,7 +669,7 @@ impl Node {
 
     /// Registers a library.
     pub fn register(&mut self, name: &str) -> Result<LibId, NodeError> {
-        let lib = self.engine.register(self.registry, name)?;
+        let lib = self.engine.register(name)?;
         tracing::debug!(
             name,
             id = self.engine.libs().ns(lib)?.id(),
@@ -2255,8 +2261,8 @@ impl Node {
     /// confirmation came. A host library's tags (ucxx hashes them over all 64 bits) fall in
     /// any namespace id, so a partial-mask removal could steal them.
     fn release_confirmed(&mut self) -> bool {
-        let (registry, now) = (self.registry, self.clock.now_ms());
-        let pass = self.with_strays(|engine, queue| engine.unpin_due(registry, now, queue));
+        let now = self.clock.now_ms();
+        let pass = self.with_strays(|engine, queue| engine.unpin_due(now, queue));
         self.stats.stray_probes += pass.probes;
         self.stats.ids_unpinned += pass.unpinned;
         pass.changed
@@ -2316,10 +2322,8 @@ impl Node {
         // Host mode: nothing (the engine's sweep takes nothing from a host's queue).
         // Every probe may scan UCX's whole unexpected queue, whose length a flood decides: the
         // engine's counts bound the probes, the clock bounds what they cost together.
-        let registry = self.registry;
-        let (taken, looks, probes) = self.with_strays(|engine, queue| {
-            engine.sweep_pass(registry, queue, || Instant::now() >= deadline)
-        });
+        let (taken, looks, probes) = self
+            .with_strays(|engine, queue| engine.sweep_pass(queue, || Instant::now() >= deadline));
         self.stats.stray_head_probes += looks;
         self.stats.stray_probes += probes;
         taken
@@ -2341,14 +2345,6 @@ impl Node {
             self.close_retired();
             self.background.retain_mut(|r| r.test().is_none());
         }
-    }
-}
-
-impl Drop for Node {
-    /// Gives back every pin this node's sessions hold (R7): its worker goes with it, so nothing
-    /// more can arrive here for those ids.
-    fn drop(&mut self) {
-        self.engine.release_all(self.registry);
     }
 }
 

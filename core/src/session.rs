@@ -934,7 +934,10 @@ impl<const CAP: usize> Session<CAP> {
     /// Ends the session's hold on the registry: every id it pinned (told to the peer, or
     /// withdrawn and not yet confirmed). The adapter calls it once the connection is gone,
     /// drains what arrived for the ids that are no longer live, and unpins each. Afterwards the
-    /// session holds nothing.
+    /// session holds nothing. A session has no reference to its registry, so one dropped
+    /// without `finish` leaves its ids pinned: the engine ([`crate::engine::Engine`]) finishes
+    /// every session it holds when a connection is forgotten and when it is dropped; code that
+    /// drives a `Session` by hand must call this.
     pub fn finish(&mut self) -> heapless::Vec<u16, CAP> {
         let mut pinned = heapless::Vec::new();
         for i in 0..CAP {

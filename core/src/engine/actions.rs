@@ -347,10 +347,11 @@ mod tests {
     }
 
     fn side(seed: u8, liveness: Option<Liveness>, limits: PeerLimits) -> Side {
+        let reg = Box::leak(Box::new(Registry::new(TagLayout::DEFAULT)));
         Side {
-            reg: Box::leak(Box::new(Registry::new(TagLayout::DEFAULT))),
+            reg,
             me: Identity::from_seed(&[seed; 32]),
-            e: Engine::new([seed as u64, 9], 0, liveness, limits),
+            e: Engine::new(reg, [seed as u64, 9], 0, liveness, limits),
         }
     }
 
@@ -403,7 +404,7 @@ mod tests {
         let established = pump(&mut a, i, &mut b, j, 0);
         let tb = b.me.token();
         assert!(established[0].contains(&Action::Proven { peer: tb }));
-        let lib = a.e.libs.register(a.reg, "lib").unwrap();
+        let lib = a.e.register("lib").unwrap();
         a.e.libs.listen_peers(lib, [tb]).unwrap();
         assert_eq!(a.e.libs.peer_event(lib), Some(PeerEvent::Up { peer: tb }));
         let send = start(&mut a.e.ops, TOp::Send(7));
@@ -618,4 +619,24 @@ mod tests {
             ]
         );
     }
+
+    #[test]
+    fn an_engine_dropped_with_connections_open_gives_its_pins_back() {
+        let (mut a, mut b) = (
+            side(1, None, PeerLimits::default()),
+            side(2, None, PeerLimits::default()),
+        );
+        let (i, j) = open(&mut a, &mut b, 7);
+        let lib = a.e.register("lib").unwrap();
+        let id = a.e.libs().ns(lib).unwrap().id();
+        pump(&mut a, i, &mut b, j, 0);
+        // Told to the peer, then released: quarantined while the peer may still send to it.
+        drop(a.e.release(lib));
+        assert!(a.reg.is_quarantined(id));
+        let reg = a.reg;
+        drop(a);
+        assert!(!reg.is_quarantined(id), "the dropped engine's pin went back");
+        assert_eq!(reg.quarantined_count(), 0);
+    }
+
 }

@@ -1115,15 +1115,6 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         self.reindex();
         true
     }
-
-    /// The node goes: every session's pins are given back (see [`super::Unpins::release_all`]).
-    pub(crate) fn release_all(
-        &mut self,
-        registry: &crate::Registry<CAP>,
-        unpins: &mut super::Unpins<CAP>,
-    ) {
-        unpins.release_all(registry, self.conns.iter_mut().map(|c| &mut *c.session));
-    }
 }
 
 #[cfg(all(test, not(loom)))]
@@ -1394,5 +1385,16 @@ mod tests {
         let h = |k| TokenHash::new(k).hash_one(42u64);
         assert_ne!(h([1, 2]), h([3, 2]));
         assert_eq!(h([1, 2]), h([1, 2]));
+    }
+}
+
+impl<K, X, E, const CAP: usize> Connections<K, X, E, CAP> {
+    /// The node goes: every session's pins are given back (see [`super::Unpins::release_all`]).
+    pub(crate) fn release_all(
+        &mut self,
+        registry: &crate::Registry<CAP>,
+        unpins: &mut super::Unpins<CAP>,
+    ) {
+        unpins.release_all(registry, self.conns.iter_mut().map(|c| &mut *c.session));
     }
 }

@@ -59,6 +59,8 @@ use core::fmt;
 /// [`poll_action`]: Self::poll_action
 #[cfg(feature = "alloc")]
 pub struct Engine<'r, K, X, T, E, const CAP: usize> {
+    /// The registry this node's namespaces and pins are in.
+    registry: &'r crate::Registry<CAP>,
     /// The connections (sessions, states, deadlines, route caches, peer index, peers gone).
     conns: Connections<K, X, E, CAP>,
     /// The libraries registered here.
@@ -84,15 +86,17 @@ pub struct Engine<'r, K, X, T, E, const CAP: usize> {
 
 #[cfg(feature = "alloc")]
 impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, T, E, CAP> {
-    /// A node's engine at adapter time `now_ms`; `hash_keys`: random per node (see
-    /// [`TokenHash`]).
+    /// A node's engine on `registry` at adapter time `now_ms`; `hash_keys`: random per node
+    /// (see [`TokenHash`]). Dropping it gives back every pin its sessions hold (R7).
     pub fn new(
+        registry: &'r crate::Registry<CAP>,
         hash_keys: [u64; 2],
         now_ms: u64,
         liveness: Option<Liveness>,
         limits: PeerLimits,
     ) -> Self {
         Engine {
+            registry,
             conns: Connections::new(hash_keys),
             libs: Libraries::new(),
             ops: Ops::new(),
@@ -204,13 +208,9 @@ impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, 
             .add(key, role, identity, layout, now_ms, live, io)
     }
 
-    /// Registers library `name` in `registry`; routes to it are looked up from now on.
-    pub fn register(
-        &mut self,
-        registry: &'r crate::Registry<CAP>,
-        name: &str,
-    ) -> Result<LibId, NodeError<E>> {
-        let lib = self.libs.register(registry, name)?;
+    /// Registers library `name`; routes to it are looked up from now on.
+    pub fn register(&mut self, name: &str) -> Result<LibId, NodeError<E>> {
+        let lib = self.libs.register(self.registry, name)?;
         self.conns.library_added(lib, &self.libs);
         Ok(lib)
     }
@@ -244,12 +244,6 @@ impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, 
         self.conns.forget(done, &mut self.unpins, now_ms);
     }
 
-    /// The node goes (its worker with it, so nothing more arrives for its ids): every pin its
-    /// sessions hold is given back to `registry` now (R7).
-    pub fn release_all(&mut self, registry: &crate::Registry<CAP>) {
-        self.conns.release_all(registry, &mut self.unpins);
-    }
-
     /// The tag for `payload` in `lib`'s namespace at `peer`, and the connection serving it
     /// ([`Connections::route_tag`]).
     pub fn route_tag(
@@ -264,15 +258,10 @@ impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, 
     /// R7's last step, one pass: collects the withdrawals peers confirmed, then gives back
     /// every id that is due, drained or looked at first as [`owner`](Self::owner) says, within
     /// [`STRAY_PROBES_PER_CALL`] probes ([`Unpins::run`]).
-    pub fn unpin_due(
-        &mut self,
-        registry: &crate::Registry<CAP>,
-        now_ms: u64,
-        queue: &mut impl StrayQueue,
-    ) -> UnpinPass {
+    pub fn unpin_due(&mut self, now_ms: u64, queue: &mut impl StrayQueue) -> UnpinPass {
         let confirmed = self.unpins.collect_confirmed(self.conns.as_mut_slice());
         let budget = STRAY_PROBES_PER_CALL;
-        (self.unpins).run(registry, now_ms, self.owner, budget, confirmed, queue)
+        (self.unpins).run(self.registry, now_ms, self.owner, budget, confirmed, queue)
     }
 
     /// Whether a stray sweep pass is due at `now_ms` (never on a host's worker: the host's
@@ -285,14 +274,13 @@ impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, 
     /// taken, head looks, id probes); nothing on a host's worker.
     pub fn sweep_pass(
         &mut self,
-        registry: &crate::Registry<CAP>,
         queue: &mut impl QueueHead,
         out_of_time: impl Fn() -> bool,
     ) -> (u64, u64, u64) {
         if self.owner != QueueOwner::Node {
             return (0, 0, 0);
         }
-        let sweep = &mut self.sweep;
+        let (sweep, registry) = (&mut self.sweep, self.registry);
         self.conns.with_pair_check(registry.layout(), |pairs| {
             sweep.pass(registry, STRAY_PROBES_PER_CALL, queue, pairs, out_of_time)
         })
@@ -368,6 +356,16 @@ impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, 
         E: Clone,
     {
         self.conns.resolve(&self.libs, w.lib, w.peer, w.target)
+    }
+}
+
+#[cfg(feature = "alloc")]
+impl<'r, K, X, T, E, const CAP: usize> Drop for Engine<'r, K, X, T, E, CAP> {
+    /// The node goes (its transport with it, so nothing more arrives for its ids): every pin
+    /// its sessions hold, and every one on its way back, is given back now (R7) — whether or
+    /// not the adapter closed its connections first.
+    fn drop(&mut self) {
+        self.conns.release_all(self.registry, &mut self.unpins);
     }
 }
 
@@ -1164,7 +1162,7 @@ mod tests {
             std::boxed::Box::leak(std::boxed::Box::new(Reg::new(TagLayout::DEFAULT)));
         let me = Identity::from_seed(&[1; 32]);
         let mut e: Engine<'static, u32, (), u64, (), 64> =
-            Engine::new([1, 2], 100, None, PeerLimits::default());
+            Engine::new(reg, [1, 2], 100, None, PeerLimits::default());
         // A host's worker is never swept: nothing else is timed yet.
         e.owner = QueueOwner::HOST;
         assert_eq!(e.poll_timeout(100), None, "nothing timed");
@@ -1181,7 +1179,7 @@ mod tests {
         let mut q = NoQueue;
         while e.sweep_due(150) {
             assert_eq!(e.poll_timeout(150), Some(0), "under way");
-            e.sweep_pass(reg, &mut q, || false);
+            e.sweep_pass(&mut q, || false);
         }
         assert_eq!(e.poll_timeout(150), Some(150 + DRAIN_INTERVAL_MS));
     }
