@@ -635,8 +635,10 @@ mod tests {
         assert!(a.reg.is_quarantined(id));
         let reg = a.reg;
         drop(a);
-        assert!(!reg.is_quarantined(id), "the dropped engine's pin went back");
+        assert!(
+            !reg.is_quarantined(id),
+            "the dropped engine's pin went back"
+        );
         assert_eq!(reg.quarantined_count(), 0);
     }
-
 }
