@@ -1,0 +1,76 @@
+//! New connections: opened or accepted, and wired up before anything is sent on them (U1).
+
+use super::*;
+
+impl Node {
+    /// Opens an endpoint to the node listening at `addr`; the handshake runs in `progress`.
+    pub fn connect(&mut self, addr: SocketAddr) -> Result<(), NodeError> {
+        let ep = Endpoint::connect(&self.worker, addr)?;
+        tracing::info!(%addr, "connecting");
+        self.add_conn(ep, Role::Initiator);
+        Ok(())
+    }
+
+    pub(super) fn add_conn(&mut self, ep: Endpoint, role: Role) {
+        // U1: nothing is sent until the endpoint's first flush has completed.
+        let (wire, failed) = match ep.flush() {
+            Ok(Started::Pending(r)) => (Wire::Flushing(r), None),
+            Ok(Started::Done(())) => (Wire::Ready, None),
+            Err(e) => {
+                tracing::warn!(error = %e, "flushing a new endpoint failed");
+                (Wire::Ready, Some(e))
+            }
+        };
+        let key = ep.key();
+        let io = Io {
+            ep: Some(ep),
+            wire,
+            early: VecDeque::new(),
+            early_bytes: 0,
+            ctl_inflight: Vec::new(),
+            #[cfg(feature = "test-hooks")]
+            withhold_acks: false,
+        };
+        let (now, layout) = (self.clock.now_ms(), self.registry.layout());
+        let i = (self.engine).add_conn(key, role, &self.identity, layout, now, io);
+        if let Some(e) = failed {
+            self.engine.handle_failed(i, e);
+            self.carry_out();
+        }
+    }
+
+    /// U1: completes the first flush of new endpoints; once one has, the control frames that
+    /// waited for it are handled in order and its own frames may go out.
+    pub(super) fn poll_wireup(&mut self) -> bool {
+        let mut busy = false;
+        for i in self.engine.conns().ids() {
+            let Some(c) = self.engine.conn_mut(i) else {
+                continue;
+            };
+            let key = c.key();
+            let io = &mut c.io;
+            let Wire::Flushing(req) = &mut io.wire else {
+                continue;
+            };
+            match req.test() {
+                None => continue,
+                Some(Ok(_)) => {
+                    busy = true;
+                    io.wire = Wire::Ready;
+                    let early = std::mem::take(&mut io.early);
+                    io.early_bytes = 0;
+                    for frame in early {
+                        self.on_control_at(i, &frame);
+                    }
+                }
+                Some(Err(e)) => {
+                    busy = true;
+                    io.wire = Wire::Ready;
+                    tracing::warn!(error = %e, "a new endpoint failed while wiring up");
+                    self.on_ep_error(key, e);
+                }
+            }
+        }
+        busy
+    }
+}
