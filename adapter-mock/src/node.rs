@@ -17,7 +17,7 @@ use crate::fabric::{
 };
 use tagspace_core::engine::{
     self, Action, AmDelivery, Blocked, Charge, CloseHow, ConnId, Dest, Liveness, Next, PeerLimits,
-    QueueOwner, Resolved, StrayQueue, Target, Waiting, Why,
+    QueueOwner, Resolved, Stage, StrayQueue, Target, Waiting, Why,
 };
 use tagspace_core::session::SessionError;
 use tagspace_core::wellknown::CONTROL_ID;
@@ -681,6 +681,28 @@ impl Node {
             return;
         }
         self.last_now_ms = fab.now_ms();
+        // The engine's order, the same on every adapter.
+        for stage in engine::PROGRESS {
+            match stage {
+                Stage::Transport => self.stage_transport(fab),
+                Stage::WireUp => {} // the fabric's endpoints are usable at once
+                Stage::Messages => self.stage_messages(fab),
+                Stage::AckTags => self.take_ack_tags(fab),
+                Stage::Transmit => self.flush(fab),
+                Stage::Timers => {
+                    self.engine.handle_timeout(fab.now_ms());
+                    self.carry_out(fab);
+                }
+                Stage::Retire => self.engine.forget_ended(|c| c.io.closed, fab.now_ms()),
+                Stage::Unpin => self.release_pins(fab),
+                Stage::Operations => self.stage_operations(fab),
+                Stage::Strays => self.stage_strays(fab),
+            }
+        }
+    }
+
+    /// [`Stage::Transport`]: connections accepted, endpoint failures.
+    fn stage_transport(&mut self, fab: &mut Fabric) {
         while let Some(ev) = fab.event(self.worker) {
             match ev {
                 WorkerEvent::Accepted(ep) => self.add_conn(ep, Role::Acceptor),
@@ -692,6 +714,10 @@ impl Node {
                 }
             }
         }
+    }
+
+    /// [`Stage::Messages`]: control frames, and the libraries' Active Messages.
+    fn stage_messages(&mut self, fab: &mut Fabric) {
         while let Some(am) = fab.am_take(self.worker) {
             if am.id == self.control_am {
                 if self.charge(fab, am.reply_ep, Charge::Control) {
@@ -707,14 +733,10 @@ impl Node {
                 self.charge(fab, am.reply_ep, Charge::Unwanted);
             }
         }
-        self.take_ack_tags(fab);
-        self.flush(fab);
-        self.engine.handle_timeout(fab.now_ms());
-        self.carry_out(fab);
-        let now = fab.now_ms();
-        self.engine.forget_ended(|c| c.io.closed, now);
-        self.release_pins(fab);
-        // D6: only the operations something happened to.
+    }
+
+    /// [`Stage::Operations`] (D6): only the operations something happened to.
+    fn stage_operations(&mut self, fab: &mut Fabric) {
         while let Some(done) = fab.completed(self.worker) {
             let key = match done {
                 Completed::Send(s) => s.0,
@@ -725,6 +747,11 @@ impl Node {
         for id in self.engine.due_ops(fab.now_ms()) {
             self.advance_op(fab, id);
         }
+    }
+
+    /// [`Stage::Strays`]: the stray sweep and the held backlogs (never on a host's worker).
+    fn stage_strays(&mut self, fab: &mut Fabric) {
+        let now = fab.now_ms();
         if self.engine.sweep_due(now) {
             self.drain_strays(fab);
         }

@@ -49,7 +49,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tagspace_core::engine::{
     self, Action, Blocked, Charge, CloseHow, ConnId, Dest, Expiry, Next, QueueOwner, Resolved,
-    StrayQueue, Target, Waiting, Why,
+    Stage, StrayQueue, Target, Waiting, Why,
 };
 use tagspace_core::identity::Identity;
 use tagspace_core::namespace::Route;
@@ -592,8 +592,33 @@ impl Node {
     /// control frames, Active Messages, outgoing announcements, waiting operations, and the
     /// periodic stray drain. Returns whether anything happened.
     pub fn progress(&mut self) -> bool {
-        // Bounded (D4): under a flood UCX always has more to do; the rest waits for the next
-        // call, after tagspace has handled what arrived.
+        let mut busy = false;
+        // The engine's order, the same on every adapter.
+        for stage in engine::PROGRESS {
+            busy |= match stage {
+                Stage::Transport => self.step_transport(),
+                Stage::WireUp => self.poll_wireup(),
+                Stage::Messages => self.step_messages(),
+                Stage::AckTags => self.take_ack_tags(),
+                Stage::Transmit => self.flush() | (self.host.is_some() && self.sync_ack_recvs()),
+                Stage::Timers => {
+                    self.engine.handle_timeout(self.clock.now_ms());
+                    self.carry_out();
+                    false
+                }
+                Stage::Retire => self.step_retire(),
+                Stage::Unpin => self.release_confirmed(),
+                Stage::Operations => self.step_operations(),
+                Stage::Strays => self.step_strays(),
+            };
+        }
+        busy
+    }
+
+    /// [`Stage::Transport`]: UCX's progress, bounded (D4: under a flood UCX always has more to
+    /// do; the rest waits for the next call, after tagspace has handled what arrived), then
+    /// the connections accepted and the endpoint failures.
+    fn step_transport(&mut self) -> bool {
         let mut busy = match self.host {
             Some(HostInfo {
                 progress: HostProgress::Host,
@@ -620,38 +645,53 @@ impl Node {
                 Err(e) => tracing::warn!(error = %e, "accepting a connection failed"),
             }
         }
-        busy |= self.absorb_ep_errors();
-        busy |= self.poll_wireup();
+        busy | self.absorb_ep_errors()
+    }
+
+    /// [`Stage::Messages`]: the Active Messages that arrived.
+    fn step_messages(&mut self) -> bool {
+        let mut busy = false;
         while let Some(am) = self.worker.take_am() {
             busy = true;
             self.on_am(am);
         }
-        busy |= self.take_ack_tags();
-        busy |= self.flush();
-        if self.host.is_some() {
-            busy |= self.sync_ack_recvs();
+        busy
+    }
+
+    /// [`Stage::Retire`]: control sends UCX finished are let go, endpoints closing in order
+    /// whose requests have finished are closed, ended connections whose endpoint is gone are
+    /// forgotten.
+    fn step_retire(&mut self) -> bool {
+        for io in self.engine.ios_mut() {
+            io.ctl_inflight.retain_mut(|r| r.test().is_none());
         }
-        busy |= self.release_confirmed();
-        // D6: only the operations something happened to.
+        self.close_retired();
+        self.background.retain_mut(|r| r.test().is_none());
+        self.engine
+            .forget_ended(|c| c.io.ep.is_none(), self.clock.now_ms());
+        false
+    }
+
+    /// [`Stage::Operations`] (D6): only the operations something happened to.
+    fn step_operations(&mut self) -> bool {
         self.worker.take_completed(&mut self.completed);
+        let woke = !self.completed.is_empty();
         for addr in self.completed.drain(..) {
             self.engine.ops_mut().completed(addr as u64);
         }
         for id in self.engine.due_ops(self.clock.now_ms()) {
             self.advance_op(id);
         }
-        for io in self.engine.ios_mut() {
-            io.ctl_inflight.retain_mut(|r| r.test().is_none());
-        }
-        self.engine.handle_timeout(self.clock.now_ms());
-        self.carry_out();
-        self.close_retired();
-        self.background.retain_mut(|r| r.test().is_none());
+        woke
+    }
+
+    /// [`Stage::Strays`]: never on a host's worker (coexistence: the host's libraries own every
+    /// tag tagspace does not; nothing is swept out of the host's queue). One time budget for
+    /// the sweep and the held backlogs.
+    fn step_strays(&mut self) -> bool {
         let now = self.clock.now_ms();
-        self.engine.forget_ended(|c| c.io.ep.is_none(), now);
-        // Never on a host's worker (coexistence: the host's libraries own every tag tagspace
-        // does not; nothing is swept out of the host's queue). One time budget for both.
         let deadline = Instant::now() + self.drain_budget();
+        let mut busy = false;
         if self.engine.sweep_due(now) {
             busy |= self.drain_strays_until(deadline) > 0;
         }

@@ -104,7 +104,52 @@ impl Why {
     }
 }
 
-/// The queue behind [`Engine::poll_action`].
+/// One stage of an adapter's `progress`, in the order [`PROGRESS`] fixes for every adapter.
+/// After each input a stage gives the engine, the adapter carries out every [`Action`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// The transport makes progress (bounded, D4); the connections it accepted are added
+    /// ([`Engine::add_conn`]) and its failures reported ([`Engine::handle_failed`]).
+    Transport,
+    /// New connections whose wire-up finished (U1) hand over the control frames that waited
+    /// for it; an adapter without a wire-up step does nothing here.
+    WireUp,
+    /// The Active Messages that arrived: control frames ([`Engine::handle_charge`], then
+    /// [`Engine::handle_control`]) and the libraries' own.
+    Messages,
+    /// The withdrawal acknowledgements' tags that arrived ([`Engine::handle_ack_tag`], R7).
+    AckTags,
+    /// What every open connection's session queued goes out ([`Action::Transmit`]'s work).
+    Transmit,
+    /// [`Engine::handle_timeout`]: deadlines, the heartbeat, lingers.
+    Timers,
+    /// Endpoints closing in order whose requests have finished are closed; ended connections
+    /// the adapter is done with are forgotten ([`Engine::forget_ended`], D5).
+    Retire,
+    /// The ids that are due go back to the registry ([`Engine::unpin_due`], R7).
+    Unpin,
+    /// The requests that completed ([`Ops::completed`](super::Ops::completed)) and the operations
+    /// [`Engine::due_ops`] names move along (D6).
+    Operations,
+    /// The stray sweep ([`Engine::sweep_pass`], D2) and the held namespaces' backlogs, within
+    /// one budget (D4); never on a host's worker.
+    Strays,
+}
+
+/// The order of an adapter's `progress`: both nodes run exactly these steps in this order.
+pub const PROGRESS: [Stage; 10] = [
+    Stage::Transport,
+    Stage::WireUp,
+    Stage::Messages,
+    Stage::AckTags,
+    Stage::Transmit,
+    Stage::Timers,
+    Stage::Retire,
+    Stage::Unpin,
+    Stage::Operations,
+    Stage::Strays,
+];
+
 pub(super) type Actions<E> = VecDeque<Action<E>>;
 
 #[cfg(feature = "alloc")]

@@ -20,9 +20,10 @@
 //! cancel an operation D3 reaches, a peer proven): so which connections close, which
 //! operations end and in which order is decided once, here, for both nodes. Then the
 //! operations [`Engine::due_ops`] names — only those, so that a call costs what happened, not
-//! what is pending (D6) — and the timed work [`Engine::poll_timeout`] schedules. Still the
-//! nodes' own: the order of the steps of `progress` around these inputs, sends and receives
-//! (routing through [`Connections::resolve`]), the stray drain and the held backlog.
+//! what is pending (D6) — and the timed work [`Engine::poll_timeout`] schedules. The order of
+//! a `progress` call is the engine's too: every adapter runs the stages of [`PROGRESS`] in
+//! that order. Still the nodes' own: how a send or receive is handed to the transport (routed
+//! through [`Connections::resolve`]), and the probes of the stray drain and held backlogs.
 //!
 //! ```
 //! use tagspace_core::engine::{Check, Deadlines, Expiry, LiveClock, Liveness, HANDSHAKE_TIMEOUT_MS};
@@ -372,7 +373,7 @@ impl<'r, K, X, T, E, const CAP: usize> Drop for Engine<'r, K, X, T, E, CAP> {
 #[cfg(feature = "alloc")]
 mod actions;
 #[cfg(feature = "alloc")]
-pub use actions::{Action, CloseHow, Why};
+pub use actions::{Action, CloseHow, Stage, Why, PROGRESS};
 #[cfg(feature = "alloc")]
 mod backlog;
 #[cfg(feature = "alloc")]
