@@ -5,10 +5,7 @@
 //! in [`Connection::io`] and carries out what the engine's answers say (send these frames,
 //! retire that endpoint, end these operations).
 
-use super::{
-    after_peer_close, AfterClose, Check, Deadlines, LibId, Libraries, Link, LiveClock, Liveness,
-    NodeError, PeerEvent,
-};
+use super::{Check, Deadlines, LibId, Libraries, LiveClock, Liveness, NodeError, PeerEvent};
 use crate::identity::Identity;
 use crate::layout::TagLayout;
 use crate::namespace::Route;
@@ -650,7 +647,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
 
     /// How many open, established connections serve `peer`.
     pub fn live_to(&self, peer: u64) -> usize {
-        super::live_to(&self.conns, peer)
+        live_to(&self.conns, peer)
     }
 
     /// Tokens of peers with an open, established connection, sorted.
@@ -885,7 +882,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     /// (their CLOSE queued) and taken out of service to linger.
     fn settle_duplicates(&mut self, peer: u64, now_ms: u64) -> Vec<ConnId> {
         let mut losers = Vec::new();
-        super::superseded(&self.conns, peer, &mut losers);
+        superseded(&self.conns, peer, &mut losers);
         for &i in &losers {
             self.conns[i].session.close(CloseReason::Superseded);
             self.linger(i, now_ms);
@@ -1058,7 +1055,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         liveness: Option<Liveness>,
     ) -> Vec<(ConnId, Check)> {
         let mut due = Vec::new();
-        super::sweep(&mut self.conns, clock, now_ms, liveness, &mut due);
+        sweep(&mut self.conns, clock, now_ms, liveness, &mut due);
         due.into_iter()
             .map(|(i, c)| (self.conns[i].id, c))
             .collect()
@@ -1114,6 +1111,105 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         }
         self.reindex();
         true
+    }
+}
+
+/// An adapter's connection, as the engine sees it.
+pub(crate) trait Link<const CAP: usize> {
+    /// Whether the connection is in service (deadlines apply only then; superseded, closed and
+    /// failed connections are not).
+    fn is_open(&self) -> bool;
+    /// Its session.
+    fn session(&self) -> &Session<CAP>;
+    /// Its session and deadlines.
+    fn deadline_parts(&mut self) -> (&mut Session<CAP>, &mut Deadlines);
+}
+
+/// The proven peer a connection serves, if it is open and established.
+fn serves<const CAP: usize, L: Link<CAP>>(link: &L) -> Option<u64> {
+    if link.is_open() {
+        link.session().peer().map(|p| p.token)
+    } else {
+        None
+    }
+}
+
+/// How many open, established connections serve `peer`.
+fn live_to<const CAP: usize, L: Link<CAP>>(links: &[L], peer: u64) -> usize {
+    links.iter().filter(|l| serves(*l) == Some(peer)).count()
+}
+
+/// P4: when a connection to `peer` has just been established, the connections to it that lose
+/// the simultaneous-connect tie-break (indices into `links`), if more than one serves it. Both
+/// sides compute the same answer from the proven tokens; a lone connection is kept whoever
+/// opened it. The adapter closes each with [`CloseReason::Superseded`] and keeps its endpoint
+/// open for the linger time (see [`AfterClose::Linger`]).
+fn superseded<const CAP: usize, L: Link<CAP>>(
+    links: &[L],
+    peer: u64,
+    out: &mut impl Extend<usize>,
+) {
+    if live_to(links, peer) < 2 {
+        return;
+    }
+    out.extend(links.iter().enumerate().filter_map(|(i, l)| {
+        (serves(l) == Some(peer) && l.session().survives_duplicate() == Some(false)).then_some(i)
+    }));
+}
+
+/// One deadline pass over an adapter's connections at adapter time `now_ms`: moves `clock`,
+/// checks every open connection ([`Deadlines::check`]) and hands `(index, what to do)` to
+/// `due` for each that needs something. Call it once per `progress`.
+fn sweep<const CAP: usize, L: Link<CAP>>(
+    links: &mut [L],
+    clock: &mut LiveClock,
+    now_ms: u64,
+    liveness: Option<Liveness>,
+    due: &mut impl Extend<(usize, Check)>,
+) {
+    let live = clock.tick(now_ms);
+    for (i, link) in links.iter_mut().enumerate() {
+        if !link.is_open() {
+            continue;
+        }
+        let (session, deadlines) = link.deadline_parts();
+        match deadlines.check(session, now_ms, live, liveness) {
+            Check::Nothing => {}
+            check => due.extend([(i, check)]),
+        }
+    }
+}
+
+/// What the adapter does with a connection whose peer sent CLOSE with `reason`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AfterClose {
+    /// The peer settled a simultaneous connect first (P4): take the connection out of service
+    /// but keep its endpoint open for the linger time, so what either side sent on it arrives.
+    Linger,
+    /// The peer could not hear this side ([`CloseReason::Unresponsive`]): what is in flight on
+    /// the connection may never finish; end it now (D3), then close.
+    AbandonAndClose,
+    /// Close in order.
+    Close,
+}
+
+/// The decision for a peer's CLOSE with `reason`.
+pub fn after_peer_close(reason: CloseReason) -> AfterClose {
+    match reason {
+        CloseReason::Superseded => AfterClose::Linger,
+        CloseReason::Unresponsive => AfterClose::AbandonAndClose,
+        _ => AfterClose::Close,
+    }
+}
+
+impl<K, X, E, const CAP: usize> Connections<K, X, E, CAP> {
+    /// The node goes: every session's pins are given back (see [`super::Unpins::release_all`]).
+    pub(crate) fn release_all(
+        &mut self,
+        registry: &crate::Registry<CAP>,
+        unpins: &mut super::Unpins<CAP>,
+    ) {
+        unpins.release_all(registry, self.conns.iter_mut().map(|c| &mut *c.session));
     }
 }
 
@@ -1386,15 +1482,85 @@ mod tests {
         assert_ne!(h([1, 2]), h([3, 2]));
         assert_eq!(h([1, 2]), h([1, 2]));
     }
-}
 
-impl<K, X, E, const CAP: usize> Connections<K, X, E, CAP> {
-    /// The node goes: every session's pins are given back (see [`super::Unpins::release_all`]).
-    pub(crate) fn release_all(
-        &mut self,
-        registry: &crate::Registry<CAP>,
-        unpins: &mut super::Unpins<CAP>,
-    ) {
-        unpins.release_all(registry, self.conns.iter_mut().map(|c| &mut *c.session));
+    struct L {
+        open: bool,
+        s: Session<64>,
+        d: Deadlines,
+    }
+    impl Link<64> for L {
+        fn is_open(&self) -> bool {
+            self.open
+        }
+        fn session(&self) -> &Session<64> {
+            &self.s
+        }
+        fn deadline_parts(&mut self) -> (&mut Session<64>, &mut Deadlines) {
+            (&mut self.s, &mut self.d)
+        }
+    }
+
+    #[test]
+    fn of_two_connections_both_sides_supersede_the_same_one() {
+        use crate::engine::live::tests::{established, pump, Reg};
+        let (ra, rb) = (Reg::new(TagLayout::DEFAULT), Reg::new(TagLayout::DEFAULT));
+        // Two connections between the same two processes: a opened one, b the other.
+        let (a1, b1) = established(&ra, &rb);
+        let (b2, a2) = {
+            let mut b = Session::new(Role::Initiator, &Identity::from_seed(&[2; 32]), rb.layout());
+            let mut a = Session::new(Role::Acceptor, &Identity::from_seed(&[1; 32]), ra.layout());
+            for _ in 0..3 {
+                pump(&mut b, &rb, &mut a);
+                pump(&mut a, &ra, &mut b);
+            }
+            (b, a)
+        };
+        let link = |s| L {
+            open: true,
+            s,
+            d: Deadlines::new(0, 0),
+        };
+        let mut at_a = [link(a1), link(a2)];
+        let at_b = [link(b1), link(b2)];
+        let (ta, tb) = (
+            Identity::from_seed(&[1; 32]).token(),
+            Identity::from_seed(&[2; 32]).token(),
+        );
+        assert_eq!(live_to(&at_a, tb), 2);
+        let (mut la, mut lb) = (Vec::new(), Vec::new());
+        superseded(&at_a, tb, &mut la);
+        superseded(&at_b, ta, &mut lb);
+        assert_eq!(la.len(), 1);
+        assert_eq!(la, lb, "both sides drop the same connection");
+        // The survivor is the one opened by the lower token.
+        let kept = 1 - la[0];
+        let opener_is_a = kept == 0;
+        assert_eq!(opener_is_a, ta < tb);
+        // Once one is out of service, a lone connection is kept.
+        at_a[la[0]].open = false;
+        assert_eq!(live_to(&at_a, tb), 1);
+        let mut none = Vec::new();
+        superseded(&at_a, tb, &mut none);
+        assert!(none.is_empty());
+        assert_eq!(live_to(&at_a, 12345), 0);
+    }
+
+    #[test]
+    fn a_peer_close_is_answered_by_its_reason() {
+        assert_eq!(
+            after_peer_close(CloseReason::Superseded),
+            AfterClose::Linger
+        );
+        assert_eq!(
+            after_peer_close(CloseReason::Unresponsive),
+            AfterClose::AbandonAndClose
+        );
+        for r in [
+            CloseReason::Normal,
+            CloseReason::Flood,
+            CloseReason::Other(77),
+        ] {
+            assert_eq!(after_peer_close(r), AfterClose::Close);
+        }
     }
 }

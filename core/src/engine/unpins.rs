@@ -3,12 +3,13 @@
 //!
 //! An id is pinned by each connection that had it announced; a pin goes when the peer confirms
 //! the withdrawal (both halves of its acknowledgement arrived, so nothing more it sent to the
-//! id is on the way) or, [`CLOSED_PIN_LINGER_MS`](super::CLOSED_PIN_LINGER_MS) after, when the connection ends. Before the
+//! id is on the way) or, [`CLOSED_PIN_LINGER_MS`] after, when the connection ends. Before the
 //! registry frees a *quarantined* id, whatever arrived for it is taken out as strays (own
 //! worker) — or, on a host's worker, where a host library's tags may fall in any id and must
 //! never be taken, the id is held while anything waits in it.
 
-use super::{ClosedPins, Link, StrayQueue};
+use super::conns::Link;
+use super::StrayQueue;
 use crate::registry::Registry;
 use crate::session::Session;
 use alloc::boxed::Box;
@@ -50,7 +51,7 @@ pub struct UnpinPass {
 
 /// The ids a node's sessions are done with, on their way back to the registry.
 pub struct Unpins<const CAP: usize> {
-    /// Pins of ended connections, waiting out [`CLOSED_PIN_LINGER_MS`](super::CLOSED_PIN_LINGER_MS).
+    /// Pins of ended connections, waiting out [`CLOSED_PIN_LINGER_MS`].
     closed: Box<ClosedPins<CAP>>,
     /// Ids due to be unpinned (one entry per pin), waiting for their drain or, on a host's
     /// worker, for nothing to wait in them.
@@ -76,7 +77,7 @@ impl<const CAP: usize> Unpins<CAP> {
 
     /// Collects the withdrawals the peer of each link confirmed (each confirmation restarts
     /// that connection's acknowledgement deadline). Returns whether any came.
-    pub fn collect_confirmed<L: Link<CAP>>(&mut self, links: &mut [L]) -> bool {
+    pub(crate) fn collect_confirmed<L: Link<CAP>>(&mut self, links: &mut [L]) -> bool {
         let before = self.pending.len();
         for link in links {
             let (session, deadlines) = link.deadline_parts();
@@ -200,6 +201,86 @@ impl<const CAP: usize> Unpins<CAP> {
         for id in self.pending.drain(..) {
             registry.unpin(id);
         }
+    }
+}
+
+/// R7: how long (ms) the ids a connection had pinned stay quarantined after the connection
+/// ended (closed by either side, superseded, or failed). Until the peer has seen the end it may
+/// still send to them, and a transport can deliver what it sent before — over shared memory even
+/// after the peer died; meanwhile such a message lands in a quarantined id and is drained as a
+/// stray instead of reaching a name that took the id next. (Found by the `network` fuzz target
+/// as a route to an id the closing side had already freed.) Confirmed withdrawals are not
+/// delayed: the peer's acknowledgement came after everything it sent to the id.
+pub const CLOSED_PIN_LINGER_MS: u64 = 2_000;
+
+/// The pins of ended connections, held for [`CLOSED_PIN_LINGER_MS`] (R7). Per id: how many
+/// pins wait and until when (an id pinned by several ended connections waits for the last of
+/// them). No allocation: one slot per registry id.
+pub struct ClosedPins<const CAP: usize> {
+    until: [u64; CAP],
+    count: [u32; CAP],
+    held: u32,
+}
+
+impl<const CAP: usize> Default for ClosedPins<CAP> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const CAP: usize> ClosedPins<CAP> {
+    /// Nothing held.
+    pub const fn new() -> Self {
+        ClosedPins {
+            until: [0; CAP],
+            count: [0; CAP],
+            held: 0,
+        }
+    }
+
+    /// Holds the pins a connection that ended at `now_ms` gave back (`Session::finish`).
+    pub fn hold(&mut self, ids: &[u16], now_ms: u64) {
+        let until = now_ms.saturating_add(CLOSED_PIN_LINGER_MS);
+        for &id in ids {
+            if let Some(c) = self.count.get_mut(id as usize) {
+                *c += 1;
+                self.until[id as usize] = until;
+                self.held += 1;
+            }
+        }
+    }
+
+    /// Hands `unpin` each pin whose linger has passed at `now_ms` (once per pin held).
+    pub fn take_due(&mut self, now_ms: u64, mut unpin: impl FnMut(u16)) {
+        if self.held == 0 {
+            return;
+        }
+        for id in 0..CAP {
+            if self.count[id] > 0 && now_ms >= self.until[id] {
+                for _ in 0..self.count[id] {
+                    unpin(id as u16);
+                }
+                self.held -= self.count[id];
+                self.count[id] = 0;
+            }
+        }
+    }
+
+    /// When the next held pin's linger ends (adapter time), if any is held.
+    pub fn next_due(&self) -> Option<u64> {
+        (self.held > 0)
+            .then(|| {
+                (0..CAP)
+                    .filter(|&id| self.count[id] > 0)
+                    .map(|id| self.until[id])
+                    .min()
+            })
+            .flatten()
+    }
+
+    /// Hands `unpin` every pin held (the node is going away: nothing more can arrive).
+    pub fn take_all(&mut self, unpin: impl FnMut(u16)) {
+        self.take_due(u64::MAX, unpin);
     }
 }
 
@@ -329,5 +410,27 @@ mod tests {
         u.closed.hold(&[b], 0);
         u.release_all(reg, core::iter::empty());
         assert!(!reg.is_quarantined(a) && !reg.is_quarantined(b));
+    }
+
+    #[test]
+    fn closed_pins_wait_for_the_linger_and_the_last_connection() {
+        let mut p: ClosedPins<8> = ClosedPins::new();
+        let mut out = [0u32; 8];
+        p.hold(&[3, 5], 100);
+        p.hold(&[3], 1_000);
+        p.hold(&[99], 100); // outside the registry: ignored
+        p.take_due(100 + CLOSED_PIN_LINGER_MS - 1, |id| out[id as usize] += 1);
+        assert_eq!(out, [0; 8]);
+        p.take_due(100 + CLOSED_PIN_LINGER_MS, |id| out[id as usize] += 1);
+        assert_eq!(
+            (out[3], out[5]),
+            (0, 1),
+            "id 3 waits for its later connection"
+        );
+        p.take_due(1_000 + CLOSED_PIN_LINGER_MS, |id| out[id as usize] += 1);
+        assert_eq!((out[3], out[5]), (2, 1), "one unpin per pin");
+        p.hold(&[1], 0);
+        p.take_all(|id| out[id as usize] += 1);
+        assert_eq!(out[1], 1);
     }
 }
