@@ -68,7 +68,7 @@ impl Default for PeerLimits {
     }
 }
 
-/// What [`Connections::charge`] counts against a connection's [`PeerLimits`].
+/// What [`Engine::handle_charge`](super::Engine::handle_charge) counts against a connection's [`PeerLimits`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Charge {
     /// A control frame.
@@ -84,7 +84,7 @@ struct Window {
     unwanted: u32,
 }
 
-/// A connection's handle: handed out once by [`Connections::add`], never reused, and never
+/// A connection's handle: handed out once by [`Engine::add_conn`](super::Engine::add_conn), never reused, and never
 /// moved by other connections coming and going — a handle kept across calls names the same
 /// connection or, once that is forgotten, none ([`Connections::get`] says `None`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -187,7 +187,7 @@ impl<K, X, E, const CAP: usize> Link<CAP> for Connection<K, X, E, CAP> {
 /// What a control frame asks of the adapter ([`Connections::on_control`]). In every case the
 /// adapter then flushes the connection (the session may have queued an answer).
 #[derive(Debug)]
-pub enum Control {
+pub(crate) enum Control {
     /// Nothing more.
     Handled,
     /// The connection is established with `peer`. Those in `superseded` lost the tie-break
@@ -213,7 +213,7 @@ pub enum Control {
 /// A peer whose last connection went ([`Connections::end`], [`Connections::failed`]): the
 /// listening libraries have been told; the adapter ends what waits for this peer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PeerGone<E> {
+pub(crate) struct PeerGone<E> {
     /// The peer's token.
     pub peer: u64,
     /// The transport's error, if it failed.
@@ -483,7 +483,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     }
 
     /// The pair value `peer`'s tags to this node carry, if one was made already (see
-    /// [`rx_pair`](Self::rx_pair), which makes it).
+    /// [`Engine::rx_pair`](super::Engine::rx_pair), which makes it).
     pub fn rx_pair_of(&self, peer: u64) -> Option<u32> {
         self.pairs.by_peer.get(&peer).map(|&(v, _)| v)
     }
@@ -599,7 +599,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         self.conns.iter_mut()
     }
 
-    /// Every connection as a slice (for [`super::sweep`] and [`super::Unpins`]).
+    /// Every connection as a slice (for the deadline sweep and [`super::Unpins`]).
     pub fn as_mut_slice(&mut self) -> &mut [Connection<K, X, E, CAP>] {
         &mut self.conns
     }

@@ -381,10 +381,12 @@ pub use backlog::{Backlog, BacklogLimit, Held, HoldPass, HoldQueue, HOLD_LOOKS_P
 mod conns;
 #[cfg(feature = "alloc")]
 pub use conns::{
-    after_peer_close, AfterClose, Blocked, Charge, ConnId, Connection, Connections, Control,
-    LinkState, PeerGone, PeerLimits, RouteHit, RouteMiss, TokenHash, TokenHasher, GONE_PEERS_MAX,
-    PROTOCOL_ERRORS_KEPT, SUPERSEDED_LINGER_MS,
+    after_peer_close, AfterClose, Blocked, Charge, ConnId, Connection, Connections, LinkState,
+    PeerLimits, RouteHit, RouteMiss, TokenHash, TokenHasher, GONE_PEERS_MAX, PROTOCOL_ERRORS_KEPT,
+    SUPERSEDED_LINGER_MS,
 };
+#[cfg(feature = "alloc")]
+use conns::{Control, PeerGone};
 #[cfg(feature = "alloc")]
 mod libraries;
 #[cfg(feature = "alloc")]
