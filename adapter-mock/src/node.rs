@@ -48,58 +48,23 @@ struct Io {
 /// The core engine, on fabric endpoints and operations.
 type Engine = engine::Engine<'static, EpId, Io, Op, FabricError, CAP>;
 
-/// A running operation (the engine's table keeps the finished ones' results).
-enum Op {
-    WaitingRoute(Waiting),
-    Sending {
-        lib: LibId,
-        send: SendId,
-        /// The endpoint it is in flight on (D3: it ends when that fails).
-        ep: EpId,
-    },
-    Receiving {
-        lib: LibId,
-        recv: RecvId,
-        /// The peer the library said the message comes from ([`Node::recv_from`]): the
-        /// receive ends when that peer goes down (D3).
-        from: Option<u64>,
-        /// A receive from any peer: its payload, to post again after a stranger's message.
-        any: Option<u64>,
-    },
-}
+/// A running operation: fabric sends and receives, on endpoints.
+type Op = engine::Op<SendId, RecvId, EpId>;
 
 /// What an operation became after a step.
 type Step = Next<Op, FabricError>;
 
-impl engine::Pending for Op {
-    fn route_deadline(&self) -> Option<u64> {
-        match self {
-            Op::WaitingRoute(w) => Some(w.deadline_ms()),
-            _ => None,
-        }
-    }
-    /// Its send or receive id (what [`Fabric::completed`] reports).
-    fn request(&self) -> Option<u64> {
-        match self {
-            Op::Sending { send, .. } => Some(send.0),
-            Op::Receiving { recv, .. } => Some(recv.0),
-            Op::WaitingRoute(_) => None,
-        }
+impl engine::Request for SendId {
+    /// Its id (what [`Fabric::completed`] reports).
+    fn key(&self) -> u64 {
+        self.0
     }
 }
 
-impl engine::Waits<EpId> for Op {
-    fn sending_on(&self) -> Option<EpId> {
-        match self {
-            Op::Sending { ep, .. } => Some(*ep),
-            _ => None,
-        }
-    }
-    fn receiving_from(&self) -> Option<u64> {
-        match self {
-            Op::Receiving { from, .. } => *from,
-            _ => None,
-        }
+impl engine::Request for RecvId {
+    /// Its id (what [`Fabric::completed`] reports).
+    fn key(&self) -> u64 {
+        self.0
     }
 }
 
@@ -152,7 +117,7 @@ impl Node {
     ) -> Node {
         let layout = *registry.layout();
         let worker = fab.new_worker(process);
-        let control_am = (CONTROL_ID as u32 * layout.am_ids_per_namespace()) as u16;
+        let control_am = tagspace_core::wellknown::control_am_id(&layout);
         fab.am_set_handler(worker, control_am)
             .expect("a new worker accepts handlers");
         Node {
@@ -251,7 +216,7 @@ impl Node {
             // message meant for the next name to take the id.
             let mine = |op: &Op| matches!(op, Op::Receiving { lib: of, .. } if *of == lib);
             for id in self.engine.ops().matching(mine) {
-                if let Some(Op::Receiving { recv, .. }) = self.engine.ops().get(id) {
+                if let Some(Op::Receiving { req: recv, .. }) = self.engine.ops().get(id) {
                     if fab.recv_cancel(self.worker, *recv) {
                         self.engine
                             .ops_mut()
@@ -342,8 +307,7 @@ impl Node {
 
     fn add_conn(&mut self, ep: EpId, role: Role) {
         let io = Io { ep, closed: false };
-        let (layout, now) = (self.registry.layout(), self.last_now_ms);
-        (self.engine).add_conn(ep, role, &self.identity, layout, now, io);
+        (self.engine).add_conn(ep, role, &self.identity, self.last_now_ms, io);
     }
 
     /// Hostile-peer hook for tests: sends raw bytes as a control frame to `peer`.
@@ -462,9 +426,9 @@ impl Node {
         let op = match self.post_recv(fab, lib, from, payload) {
             Ok(recv) => Next::Wait(Op::Receiving {
                 lib,
-                recv,
+                req: recv,
                 from,
-                any: from.is_none().then_some(payload),
+                any: from.is_none().then_some((payload, usize::MAX)),
             }),
             Err(e) => Next::Done(Err(e)),
         };
@@ -480,17 +444,8 @@ impl Node {
         from: Option<u64>,
         payload: u64,
     ) -> Result<RecvId, NodeError> {
-        let m = self.recv_matcher(lib, from, payload)?;
+        let m = self.engine.recv_matcher(lib, from, payload)?;
         Ok(fab.tag_recv(self.worker, m.tag(), m.mask())?)
-    }
-
-    fn recv_matcher(
-        &mut self,
-        lib: LibId,
-        from: Option<u64>,
-        payload: u64,
-    ) -> Result<tagspace_core::Matcher, NodeError> {
-        (self.engine).recv_matcher(self.registry.layout(), lib, from, payload)
     }
 
     /// A held message for this receive, if `lib`'s namespace is held and one matches (the
@@ -500,7 +455,7 @@ impl Node {
         if !self.backlog.is_active() {
             return None;
         }
-        let m = self.recv_matcher(lib, from, payload).ok()?;
+        let m = self.engine.recv_matcher(lib, from, payload).ok()?;
         self.take_held(&m)
     }
 
@@ -609,7 +564,11 @@ impl Node {
             Op::WaitingRoute(w) => {
                 let lib = w.lib;
                 match self.try_send(fab, &w) {
-                    Ok(Sent::InFlight(send, ep)) => Next::Wait(Op::Sending { lib, send, ep }),
+                    Ok(Sent::InFlight(send, ep)) => Next::Wait(Op::Sending {
+                        lib,
+                        req: send,
+                        conn: ep,
+                    }),
                     Ok(Sent::Complete) => self.finish(lib, Ok(None), true),
                     Ok(Sent::Blocked(why)) => {
                         match w.blocked(why, fab.now_ms(), self.engine.libs()) {
@@ -620,28 +579,36 @@ impl Node {
                     Err(e) => self.finish(lib, Err(e), true),
                 }
             }
-            Op::Sending { lib, send, ep } => match fab.send_take(send) {
-                None => Next::Wait(Op::Sending { lib, send, ep }),
+            Op::Sending {
+                lib,
+                req: send,
+                conn: ep,
+            } => match fab.send_take(send) {
+                None => Next::Wait(Op::Sending {
+                    lib,
+                    req: send,
+                    conn: ep,
+                }),
                 Some(r) => self.finish(lib, r.map(|_| None).map_err(NodeError::from), true),
             },
             Op::Receiving {
                 lib,
-                recv,
+                req: recv,
                 from,
                 any,
             } => match fab.recv_take(self.worker, recv) {
                 None => Next::Wait(Op::Receiving {
                     lib,
-                    recv,
+                    req: recv,
                     from,
                     any,
                 }),
                 Some(Ok(m)) if any.is_some() && self.forged_tag(m.tag) => {
-                    let payload = any.unwrap_or_default();
+                    let (payload, _) = any.unwrap_or_default();
                     match self.post_recv(fab, lib, None, payload) {
                         Ok(recv) => Next::Wait(Op::Receiving {
                             lib,
-                            recv,
+                            req: recv,
                             from,
                             any,
                         }),
@@ -689,13 +656,13 @@ impl Node {
                 Stage::Messages => self.stage_messages(fab),
                 Stage::AckTags => self.take_ack_tags(fab),
                 Stage::Transmit => self.flush(fab),
+                Stage::Operations => self.stage_operations(fab),
                 Stage::Timers => {
                     self.engine.handle_timeout(fab.now_ms());
                     self.carry_out(fab);
                 }
                 Stage::Retire => self.engine.forget_ended(|c| c.io.closed, fab.now_ms()),
                 Stage::Unpin => self.release_pins(fab),
-                Stage::Operations => self.stage_operations(fab),
                 Stage::Strays => self.stage_strays(fab),
             }
         }
@@ -798,20 +765,21 @@ impl Node {
     /// The one way a connection's endpoint closes: in order (the fabric delivers what was
     /// sent first), or at once after a failure.
     fn close(&mut self, fab: &mut Fabric, i: ConnId, how: CloseHow, why: Why) {
-        match why {
-            Why::Expired(_) => self.deadline_closes += 1,
-            Why::Flood => self.flood_closes += 1,
-            _ => {}
-        }
         let Some(c) = self.engine.conn_mut(i) else {
             return;
         };
         let io = &mut c.io;
-        if !io.closed {
-            io.closed = true;
-            if how == CloseHow::Orderly {
-                fab.ep_close(io.ep);
-            }
+        if io.closed {
+            return; // closed already: counted then
+        }
+        io.closed = true;
+        if how == CloseHow::Orderly {
+            fab.ep_close(io.ep);
+        }
+        match why {
+            Why::Expired(_) => self.deadline_closes += 1,
+            Why::Flood | Why::Backlog => self.flood_closes += 1,
+            _ => {}
         }
     }
 
@@ -820,11 +788,11 @@ impl Node {
     fn end_op(&mut self, fab: &mut Fabric, id: OpId, peer: u64, cause: Option<FabricError>) {
         let down = NodeError::PeerDown { peer, cause };
         let (lib, r, sent) = match self.engine.ops_mut().remove(id) {
-            Some(Op::Sending { lib, send, .. }) => match fab.send_take(send) {
+            Some(Op::Sending { lib, req: send, .. }) => match fab.send_take(send) {
                 Some(Ok(())) => (lib, Ok(None), true),
                 _ => (lib, Err(down), true),
             },
-            Some(Op::Receiving { lib, recv, .. }) => match fab.recv_take(self.worker, recv) {
+            Some(Op::Receiving { lib, req: recv, .. }) => match fab.recv_take(self.worker, recv) {
                 Some(Ok(m)) => (lib, Ok(Some(m.data)), false),
                 _ => {
                     fab.recv_cancel(self.worker, recv);
@@ -844,7 +812,7 @@ impl Node {
     /// A receive waiting for `peer`, which closed in order: cancelled (`PeerDown` with no
     /// cause, as UCX's cancel gives on that node) unless it has already matched.
     fn cancel_op(&mut self, fab: &mut Fabric, id: OpId, peer: u64) {
-        let Some(Op::Receiving { lib, recv, .. }) = self.engine.ops().get(id) else {
+        let Some(Op::Receiving { lib, req: recv, .. }) = self.engine.ops().get(id) else {
             return;
         };
         let (lib, recv) = (*lib, *recv);
@@ -889,14 +857,14 @@ impl Node {
                 .collect();
             for tag in awaited {
                 if let Ok(Some(_)) = fab.tag_probe(self.worker, tag, u64::MAX, true) {
-                    self.engine.handle_ack_tag(&layout, tag, |io| !io.closed);
+                    self.engine.handle_ack_tag(tag, |io| !io.closed);
                 }
             }
             return;
         }
         let space = layout.space(CONTROL_ID);
         while let Ok(Some(r)) = fab.tag_probe(self.worker, space.tag, space.mask, true) {
-            if !self.engine.handle_ack_tag(&layout, r.tag, |io| !io.closed) {
+            if !self.engine.handle_ack_tag(r.tag, |io| !io.closed) {
                 self.stray += 1;
             }
         }

@@ -16,6 +16,12 @@
 pub const UNMANAGED_ID: u16 = 0;
 /// Id 1: tagspace's own control plane (handshake, announcements).
 pub const CONTROL_ID: u16 = 1;
+/// The Active Message id control frames travel on in `layout`: the control namespace's first
+/// (a node answers on it; anything that reaches a listener can send to it).
+pub const fn control_am_id(layout: &crate::TagLayout) -> u16 {
+    (CONTROL_ID as u32 * layout.am_ids_per_namespace()) as u16
+}
+
 /// First id of the well-known range.
 pub const FIRST_WELL_KNOWN_ID: u16 = 2;
 /// First dynamic id: `FIRST_WELL_KNOWN_ID..FIRST_DYNAMIC_ID` is the well-known range.

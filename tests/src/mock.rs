@@ -194,8 +194,7 @@ impl Cluster for MockCluster {
 
     fn raw_control(&mut self, to: Proc, frames: &[Vec<u8>]) {
         let layout = self.layout();
-        let control_am =
-            (tagspace_core::wellknown::CONTROL_ID as u32 * layout.am_ids_per_namespace()) as u16;
+        let control_am = tagspace_core::wellknown::control_am_id(&layout);
         let raw = self
             .fabric
             .new_worker(ProcessId(1_000_000 + self.nodes.len()));

@@ -336,14 +336,18 @@ impl Cluster for UcxCluster {
     }
 
     fn inject_control(&mut self, from: Proc, to: Proc, bytes: &[u8]) {
-        let peer = Self::token(to);
-        self.node(from).inject_control(peer, bytes).expect("inject");
+        // As any process on the network could: an AM on the control id, on the shared endpoint.
+        let (peer, layout) = (Self::token(to), self.layout());
+        let am = tagspace_core::wellknown::control_am_id(&layout);
+        let ep = self.node(from).endpoint_to(peer).expect("connected");
+        if let Started::Pending(r) = ep.am_send(am, bytes.to_vec()).expect("inject") {
+            self.background.push(r);
+        }
     }
 
     fn raw_control(&mut self, to: Proc, frames: &[Vec<u8>]) {
         let layout = self.layout();
-        let control_am =
-            (tagspace_core::wellknown::CONTROL_ID as u32 * layout.am_ids_per_namespace()) as u16;
+        let control_am = tagspace_core::wellknown::control_am_id(&layout);
         let w = Worker::new(&self.ucx).expect("raw worker");
         // the node answers with its own frames: every AM id needs a handler on UCX 1.12/1.13
         w.guard_am_ids().expect("AM handlers");

@@ -37,7 +37,13 @@ impl Node {
         let Some(i) = self.engine.conns().find(key, |c| c.io.ep.is_some()) else {
             return;
         };
-        tracing::debug!(error = %e, "endpoint failed");
+        match self.engine.conns().get(i).map(|c| (c.peer(), c.state())) {
+            // The peer closed its side of a superseded connection: expected.
+            Some((_, engine::LinkState::Superseded { .. })) | None => {
+                tracing::debug!(error = %e, "superseded endpoint failed")
+            }
+            Some((peer, _)) => tracing::warn!(?peer, error = %e, "endpoint failed"),
+        }
         self.engine.handle_failed(i, e);
         self.carry_out();
     }
@@ -82,19 +88,19 @@ impl Node {
     /// endpoint's requests in progress for ever (a shared-memory lane to a dead peer is never
     /// discarded) — and it is force-closed at once.
     pub(super) fn close(&mut self, i: ConnId, how: CloseHow, why: Why) {
-        let limits = self.engine.limits();
         let Some(c) = self.engine.conn_mut(i) else {
             return;
         };
         let (key, peer) = (c.key(), c.peer());
         let claimed = c.session().claimed_token();
+        let io = &mut c.io;
+        let Some(ep) = io.ep.take() else {
+            return; // closed already: counted then
+        };
         count_close(&mut self.stats, why);
         match why {
-            Why::Flood => tracing::warn!(
-                ?peer,
-                ?limits,
-                "peer sent more than its limits allow; closing its connection"
-            ),
+            // Logged where they were seen (with what was over which limit, or the error).
+            Why::Flood | Why::Backlog | Why::Failed => {}
             Why::ProtocolError(error) => tracing::warn!(
                 ?peer,
                 %error,
@@ -106,16 +112,11 @@ impl Node {
                 ?expiry,
                 "connection deadline passed; closing the connection"
             ),
-            Why::Failed => tracing::warn!(?peer, "endpoint failed"),
             Why::PeerClosed(reason) => {
                 tracing::info!(?peer, ?reason, "peer closed the connection")
             }
             Why::Superseded | Why::Local => tracing::debug!(?peer, ?why, "closing a connection"),
         }
-        let io = &mut c.io;
-        let Some(ep) = io.ep.take() else {
-            return;
-        };
         let waits = std::mem::take(&mut io.ctl_inflight);
         match how {
             CloseHow::Orderly => self.closing.push(Closing {
@@ -223,6 +224,14 @@ impl Node {
             return true;
         };
         let ok = self.engine.handle_charge(i, self.clock.now_ms(), what);
+        if !ok {
+            tracing::warn!(
+                peer = ?self.engine.conns().get(i).and_then(|c| c.peer()),
+                ?what,
+                limits = ?self.engine.limits(),
+                "peer sent more than its per-second limit; closing its connection"
+            );
+        }
         self.carry_out();
         ok
     }
@@ -384,11 +393,7 @@ impl Node {
     }
 
     pub(super) fn on_ack_tag(&mut self, tag: u64) {
-        let layout = self.registry.layout();
-        if self
-            .engine
-            .handle_ack_tag(layout, tag, |io| io.ep.is_some())
-        {
+        if self.engine.handle_ack_tag(tag, |io| io.ep.is_some()) {
             self.stats.acks_received += 1;
         } else {
             // Unknown, stale or forged: nobody's withdrawal is waiting for it.

@@ -182,7 +182,8 @@ type Conn = engine::Connection<EpKey, Io, UcxError, CAP>;
 
 /// An endpoint being closed in order: closed only once every request on it has finished (UCX
 /// 1.13.1 asserts when an endpoint is disconnected with requests still on it). A failed
-/// endpoint is not closed this way: its requests may never finish (see `Node::fail_ep`).
+/// endpoint is not closed this way: its requests may never finish (a forced close, `Node::close` with
+/// `CloseHow::Forced`).
 struct Closing {
     key: EpKey,
     ep: Endpoint,
@@ -191,56 +192,16 @@ struct Closing {
     waits: Vec<Request>,
 }
 
-enum Op {
-    WaitingRoute(Waiting),
-    Sending {
-        lib: LibId,
-        req: Request,
-        conn: EpKey,
-    },
-    Receiving {
-        lib: LibId,
-        req: Request,
-        /// The peer the library said the message comes from ([`Node::recv_from`]): the
-        /// receive fails when that peer goes down.
-        from: Option<u64>,
-        /// A receive from any peer ([`Node::recv`]): its payload and length limit, to post it
-        /// again when what it took carries a pair value no proven peer was given.
-        any: Option<(u64, usize)>,
-    },
-}
+/// A running operation: UCX requests, on endpoints.
+type Op = engine::Op<Request, Request, EpKey>;
 
 /// What an operation became after a step (the engine's table keeps finished ones' results).
 type Step = Next<Op, UcxError>;
 
-impl engine::Pending for Op {
-    fn route_deadline(&self) -> Option<u64> {
-        match self {
-            Op::WaitingRoute(w) => Some(w.deadline_ms()),
-            _ => None,
-        }
-    }
-    /// Its request's address (what [`Worker::take_completed`] reports).
-    fn request(&self) -> Option<u64> {
-        match self {
-            Op::Sending { req, .. } | Op::Receiving { req, .. } => Some(req.addr() as u64),
-            Op::WaitingRoute(_) => None,
-        }
-    }
-}
-
-impl engine::Waits<EpKey> for Op {
-    fn sending_on(&self) -> Option<EpKey> {
-        match self {
-            Op::Sending { conn, .. } => Some(*conn),
-            _ => None,
-        }
-    }
-    fn receiving_from(&self) -> Option<u64> {
-        match self {
-            Op::Receiving { from, .. } => *from,
-            _ => None,
-        }
+impl engine::Request for Request {
+    /// Its address (what [`Worker::take_completed`] reports).
+    fn key(&self) -> u64 {
+        self.addr() as u64
     }
 }
 
@@ -391,7 +352,7 @@ impl Node {
         host: Option<HostInfo>,
     ) -> Result<Node, NodeError> {
         let layout = registry.layout();
-        let control_am = (CONTROL_ID as u32 * layout.am_ids_per_namespace()) as u16;
+        let control_am = tagspace_core::wellknown::control_am_id(layout);
         worker.set_am_handler(control_am)?;
         let listener = match cfg.listen {
             Some(a) => Some(worker.listen(a)?),
@@ -601,6 +562,7 @@ impl Node {
                 Stage::Messages => self.step_messages(),
                 Stage::AckTags => self.take_ack_tags(),
                 Stage::Transmit => self.flush() | (self.host.is_some() && self.sync_ack_recvs()),
+                Stage::Operations => self.step_operations(),
                 Stage::Timers => {
                     self.engine.handle_timeout(self.clock.now_ms());
                     self.carry_out();
@@ -608,7 +570,6 @@ impl Node {
                 }
                 Stage::Retire => self.step_retire(),
                 Stage::Unpin => self.release_confirmed(),
-                Stage::Operations => self.step_operations(),
                 Stage::Strays => self.step_strays(),
             };
         }
@@ -675,14 +636,14 @@ impl Node {
     /// [`Stage::Operations`] (D6): only the operations something happened to.
     fn step_operations(&mut self) -> bool {
         self.worker.take_completed(&mut self.completed);
-        let woke = !self.completed.is_empty();
         for addr in self.completed.drain(..) {
             self.engine.ops_mut().completed(addr as u64);
         }
         for id in self.engine.due_ops(self.clock.now_ms()) {
             self.advance_op(id);
         }
-        woke
+        // Not counted as busy: a completion is the caller's to see (take, is_done).
+        false
     }
 
     /// [`Stage::Strays`]: never on a host's worker (coexistence: the host's libraries own every

@@ -178,7 +178,7 @@ impl Node {
         timeout: Option<std::time::Duration>,
     ) -> Result<usize, NodeError> {
         let deadline = timeout.map(|t| Instant::now() + t);
-        let m = self.recv_matcher(lib, from, payload);
+        let m = self.engine.recv_matcher(lib, from, payload);
         let held = m.as_ref().ok().and_then(|m| self.take_held(m));
         let r = m.and_then(|m| loop {
             if let Some(held) = held {
@@ -259,17 +259,6 @@ impl Node {
         self.engine.ops_mut().start(op)
     }
 
-    /// The matcher for `payload` in `lib`'s namespace: from `peer` (exact, its pair value) or
-    /// from any peer (the pair field free).
-    pub(super) fn recv_matcher(
-        &mut self,
-        lib: LibId,
-        from: Option<u64>,
-        payload: u64,
-    ) -> Result<tagspace_core::Matcher, NodeError> {
-        (self.engine).recv_matcher(self.registry.layout(), lib, from, payload)
-    }
-
     pub(super) fn post_recv(
         &mut self,
         lib: LibId,
@@ -277,7 +266,7 @@ impl Node {
         payload: u64,
         max_len: usize,
     ) -> Result<Request, NodeError> {
-        let m = self.recv_matcher(lib, from, payload)?;
+        let m = self.engine.recv_matcher(lib, from, payload)?;
         if let Some(held) = self.take_held(&m) {
             return Ok(held.recv_woken(max_len)?);
         }
@@ -384,7 +373,7 @@ impl Node {
         peer: u64,
         payload: u64,
     ) -> Result<tagspace_core::Matcher, NodeError> {
-        self.recv_matcher(lib, Some(peer), payload)
+        self.engine.recv_matcher(lib, Some(peer), payload)
     }
 
     /// [`matcher_from`](Self::matcher_from) without making anything: `None` while this node
@@ -424,8 +413,7 @@ impl Node {
         lib: LibId,
         peer: u64,
     ) -> Result<tagspace_core::Matcher, NodeError> {
-        let layout = self.registry.layout();
-        let pair = self.engine.rx_pair(peer, layout);
+        let pair = self.engine.rx_pair(peer);
         Ok(self.engine.libs().ns(lib)?.inbox_matcher_from(pair))
     }
 

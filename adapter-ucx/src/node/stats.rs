@@ -91,6 +91,8 @@ pub(super) fn count_close(stats: &mut NodeStats, why: Why) {
         Why::Expired(Expiry::Acks) => stats.ack_timeouts += 1,
         Why::Expired(Expiry::Unresponsive) => stats.liveness_timeouts += 1,
         Why::Failed => stats.endpoint_failures += 1,
+        // Counted once per peer where the backlog found it (with `backlog_floods`).
+        Why::Backlog => {}
         Why::PeerClosed(_) | Why::Superseded | Why::Local => {}
     }
 }

@@ -100,6 +100,7 @@ impl Node {
                 "peer left more messages waiting than its backlog limit; closing its connections"
             );
             self.stats.backlog_floods += 1;
+            self.stats.flood_closes += 1;
             self.engine.handle_flooded(peer);
         }
         self.carry_out();

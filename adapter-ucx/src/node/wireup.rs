@@ -31,8 +31,8 @@ impl Node {
             #[cfg(feature = "test-hooks")]
             withhold_acks: false,
         };
-        let (now, layout) = (self.clock.now_ms(), self.registry.layout());
-        let i = (self.engine).add_conn(key, role, &self.identity, layout, now, io);
+        let now = self.clock.now_ms();
+        let i = (self.engine).add_conn(key, role, &self.identity, now, io);
         if let Some(e) = failed {
             self.engine.handle_failed(i, e);
             self.carry_out();

@@ -85,6 +85,8 @@ pub enum Why {
     Expired(Expiry),
     /// The peer sent more than its per-second limits allow.
     Flood,
+    /// The peer left more messages waiting in a held namespace than its backlog limit.
+    Backlog,
     /// Its transport failed.
     Failed,
     /// It lost a simultaneous connect (P4): its linger ended, or it failed meanwhile (the
@@ -99,7 +101,7 @@ impl Why {
     pub fn is_fault(self) -> bool {
         matches!(
             self,
-            Why::ProtocolError(_) | Why::Expired(_) | Why::Flood | Why::Failed
+            Why::ProtocolError(_) | Why::Expired(_) | Why::Flood | Why::Backlog | Why::Failed
         )
     }
 }
@@ -121,6 +123,9 @@ pub enum Stage {
     AckTags,
     /// What every open connection's session queued goes out ([`Action::Transmit`]'s work).
     Transmit,
+    /// The requests that completed ([`Ops::completed`](super::Ops::completed)) and the operations
+    /// [`Engine::due_ops`] names move along (D6).
+    Operations,
     /// [`Engine::handle_timeout`]: deadlines, the heartbeat, lingers.
     Timers,
     /// Endpoints closing in order whose requests have finished are closed; ended connections
@@ -128,9 +133,6 @@ pub enum Stage {
     Retire,
     /// The ids that are due go back to the registry ([`Engine::unpin_due`], R7).
     Unpin,
-    /// The requests that completed ([`Ops::completed`](super::Ops::completed)) and the operations
-    /// [`Engine::due_ops`] names move along (D6).
-    Operations,
     /// The stray sweep ([`Engine::sweep_pass`], D2) and the held namespaces' backlogs, within
     /// one budget (D4); never on a host's worker.
     Strays,
@@ -143,10 +145,12 @@ pub const PROGRESS: [Stage; 10] = [
     Stage::Messages,
     Stage::AckTags,
     Stage::Transmit,
+    // Before the timers and the retiring: a send that completed in this call no longer keeps
+    // its endpoint from closing in order.
+    Stage::Operations,
     Stage::Timers,
     Stage::Retire,
     Stage::Unpin,
-    Stage::Operations,
     Stage::Strays,
 ];
 
@@ -184,14 +188,16 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
                     .and_then(|c| c.closed_for())
                     .unwrap_or(CloseReason::Normal);
                 let why = Why::PeerClosed(reason);
+                // Nothing more goes out to a peer that closed (what its session still owes,
+                // acknowledgements included, would be strays there).
                 match then {
                     // The peer settled the duplicate first: out of service, lingering.
                     AfterClose::Linger => {}
                     AfterClose::AbandonAndClose => {
                         self.abandon(conn);
-                        self.end_conn(conn, why);
+                        self.end_conn(conn, false, why);
                     }
-                    AfterClose::Close => self.end_conn(conn, why),
+                    AfterClose::Close => self.end_conn(conn, false, why),
                 }
             }
             // The session queued a CLOSE naming the reason: it goes out, then the endpoint
@@ -215,7 +221,7 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
     /// backlog, D5): every open connection to it is cut off with [`CloseReason::Flood`].
     pub fn handle_flooded(&mut self, peer: u64) {
         for conn in self.conns.open_to(peer) {
-            self.cut_off(conn, Some(CloseReason::Flood), Why::Flood);
+            self.cut_off(conn, Some(CloseReason::Flood), Why::Backlog);
         }
     }
 
@@ -229,13 +235,20 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
         };
         let (key, peer) = (c.key(), c.peer().unwrap_or(0));
         let why = match c.state() {
-            LinkState::Superseded { .. } => Why::Superseded,
-            _ => Why::Failed,
+            // Its endpoint is closing already (the adapter took it out): only the sends
+            // still on it end.
+            LinkState::Down(_) => None,
+            LinkState::Superseded { .. } => Some(Why::Superseded),
+            LinkState::Open => Some(Why::Failed),
         };
         let gone = self.conns.failed(conn, e, &mut self.libs);
         self.lost(Loss::Failed { key }, peer, Some(e));
-        let how = CloseHow::Forced;
-        self.actions.push_back(Action::Close { conn, how, why });
+        if let Some(why) = why {
+            // A superseded one is closed here, not again when its linger ends.
+            self.conns.retire(conn);
+            let how = CloseHow::Forced;
+            self.actions.push_back(Action::Close { conn, how, why });
+        }
         self.peer_gone(gone);
     }
 
@@ -294,13 +307,16 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
 
     fn cut_off(&mut self, conn: ConnId, reason: Option<CloseReason>, why: Why) {
         self.conns.cut_off(conn, reason);
-        self.end_conn(conn, why);
+        self.end_conn(conn, true, why);
     }
 
-    /// Connection `conn` ends in order: what its session queued (a CLOSE) goes out, the
-    /// endpoint closes, and if it was its peer's last connection what waits for the peer ends.
-    fn end_conn(&mut self, conn: ConnId, why: Why) {
-        self.actions.push_back(Action::Transmit(conn));
+    /// Connection `conn` ends in order: what its session queued (this side's CLOSE) goes out
+    /// if `transmit`, the endpoint closes, and if it was its peer's last connection what waits
+    /// for the peer ends.
+    fn end_conn(&mut self, conn: ConnId, transmit: bool, why: Why) {
+        if transmit {
+            self.actions.push_back(Action::Transmit(conn));
+        }
         let gone = self.conns.end(conn, None, &mut self.libs);
         let how = CloseHow::Orderly;
         self.actions.push_back(Action::Close { conn, how, why });
@@ -400,6 +416,11 @@ mod tests {
         }
     }
 
+    fn two() -> (Side, Side) {
+        let d = PeerLimits::default();
+        (side(1, None, d), side(2, None, d))
+    }
+
     fn open(a: &mut Side, b: &mut Side, key: u32) -> (ConnId, ConnId) {
         let l = *a.reg.layout();
         let i = a.e.conns.add(key, Role::Initiator, &a.me, &l, 0, 0, ());
@@ -441,10 +462,7 @@ mod tests {
 
     #[test]
     fn a_failed_connection_ends_its_sends_closes_at_once_and_then_the_peers_receives() {
-        let (mut a, mut b) = (
-            side(1, None, PeerLimits::default()),
-            side(2, None, PeerLimits::default()),
-        );
+        let (mut a, mut b) = two();
         let (i, j) = open(&mut a, &mut b, 7);
         let established = pump(&mut a, i, &mut b, j, 0);
         let tb = b.me.token();
@@ -489,20 +507,21 @@ mod tests {
         for op in [other_send, any, from_other] {
             assert!(a.e.ops.get(op).is_some());
         }
-        // A second report of the same failure ends nothing else.
+        // A second report of the same failure closes nothing again and ends nothing else.
         a.e.handle_failed(i, 43);
         let again = actions(&mut a);
         let waiting = [other_send, any, from_other];
         let ends = |x: &Action<u8>| matches!(x, Action::End { op, .. } if waiting.contains(op));
         assert!(!again.iter().any(ends), "{again:?}");
+        assert!(
+            !again.iter().any(|x| matches!(x, Action::Close { .. })),
+            "{again:?}"
+        );
     }
 
     #[test]
     fn a_peers_orderly_close_sends_what_is_queued_closes_in_order_and_cancels_its_receives() {
-        let (mut a, mut b) = (
-            side(1, None, PeerLimits::default()),
-            side(2, None, PeerLimits::default()),
-        );
+        let (mut a, mut b) = two();
         let (i, j) = open(&mut a, &mut b, 7);
         pump(&mut a, i, &mut b, j, 0);
         let tb = b.me.token();
@@ -518,10 +537,10 @@ mod tests {
         );
         let [at_a, _] = pump(&mut a, i, &mut b, j, 0);
         let why = Why::PeerClosed(CloseReason::Normal);
+        // Nothing more is sent to a peer that closed.
         assert_eq!(
             at_a,
             [
-                Action::Transmit(i),
                 Action::Close { conn: i, how, why },
                 Action::Cancel {
                     op: from_b,
@@ -614,14 +633,51 @@ mod tests {
             a.e.conns.get(i).unwrap().closed_for(),
             Some(CloseReason::Flood)
         );
+        // Over a held namespace's backlog: every open connection to the peer, once.
+        let (mut a, mut b) = two();
+        let (i, j) = open(&mut a, &mut b, 7);
+        pump(&mut a, i, &mut b, j, 0);
+        a.e.handle_flooded(b.me.token());
+        a.e.handle_flooded(b.me.token());
+        let why = Why::Backlog;
+        assert_eq!(
+            actions(&mut a),
+            [Action::Transmit(i), Action::Close { conn: i, how, why }]
+        );
+    }
+
+    #[test]
+    fn a_superseded_connection_that_fails_while_lingering_is_closed_once() {
+        let (mut a, mut b) = two();
+        let (i1, j1) = open(&mut a, &mut b, 1);
+        let (j2, i2) = open(&mut b, &mut a, 2);
+        for _ in 0..2 {
+            pump(&mut a, i1, &mut b, j1, 0);
+            pump(&mut a, i2, &mut b, j2, 0);
+        }
+        let kept = a.e.conns.serving(b.me.token()).unwrap();
+        let lost = if kept == i1 { i2 } else { i1 };
+        a.e.handle_failed(lost, 5);
+        let (how, why) = (CloseHow::Forced, Why::Superseded);
+        assert_eq!(
+            actions(&mut a),
+            [Action::Close {
+                conn: lost,
+                how,
+                why
+            }]
+        );
+        a.e.handle_timeout(SUPERSEDED_LINGER_MS);
+        assert!(
+            actions(&mut a).is_empty(),
+            "not closed again at the linger's end"
+        );
+        assert!(a.e.conns.get(kept).unwrap().is_open());
     }
 
     #[test]
     fn a_superseded_connection_closes_once_when_its_linger_ends() {
-        let (mut a, mut b) = (
-            side(1, None, PeerLimits::default()),
-            side(2, None, PeerLimits::default()),
-        );
+        let (mut a, mut b) = two();
         let (i1, j1) = open(&mut a, &mut b, 1);
         let (j2, i2) = open(&mut b, &mut a, 2);
         let mut at_a = Vec::new();
@@ -667,10 +723,7 @@ mod tests {
 
     #[test]
     fn an_engine_dropped_with_connections_open_gives_its_pins_back() {
-        let (mut a, mut b) = (
-            side(1, None, PeerLimits::default()),
-            side(2, None, PeerLimits::default()),
-        );
+        let (mut a, mut b) = two();
         let (i, j) = open(&mut a, &mut b, 7);
         let lib = a.e.register("lib").unwrap();
         let id = a.e.libs().ns(lib).unwrap().id();

@@ -184,16 +184,17 @@ impl<K, X, E, const CAP: usize> Link<CAP> for Connection<K, X, E, CAP> {
     }
 }
 
-/// What a control frame asks of the adapter ([`Connections::on_control`]). In every case the
-/// adapter then flushes the connection (the session may have queued an answer).
+/// What a control frame on a connection led to ([`Connections::on_control`]); the engine turns
+/// it into actions ([`Engine::handle_control`](super::Engine::handle_control)), and the
+/// adapter's per-call transmit sends what the session queued in answer.
 #[derive(Debug)]
 pub(crate) enum Control {
     /// Nothing more.
     Handled,
     /// The connection is established with `peer`. Those in `superseded` lost the tie-break
-    /// (P4): each has queued its CLOSE and is out of service; the adapter flushes them and
-    /// keeps their endpoints open for the linger ([`Connections::take_lingered`] says when it
-    /// is over).
+    /// (P4): each has queued its CLOSE and is out of service; each CLOSE goes out and the
+    /// endpoint stays open for the linger ([`Connections::take_lingered`] says when it is
+    /// over).
     Established {
         /// The proven peer.
         peer: u64,
@@ -201,17 +202,17 @@ pub(crate) enum Control {
         superseded: Vec<ConnId>,
     },
     /// The peer closed the connection; the engine has recorded the reason. `Linger`: it is
-    /// out of service already (the peer settled a duplicate first). `AbandonAndClose`: the
-    /// adapter ends what is in flight on it (it may never finish), then calls
-    /// [`Connections::end`]. `Close`: the adapter calls `end`.
+    /// out of service already (the peer settled a duplicate first). `AbandonAndClose`: what
+    /// is in flight on it ends (it may never finish), then it ends ([`Connections::end`]).
+    /// `Close`: it ends.
     PeerClosed(AfterClose),
-    /// The peer broke the protocol: the session queued a CLOSE naming it; the adapter flushes
-    /// it, then calls [`Connections::end`]. The error is kept ([`Connections::protocol_errors`]).
+    /// The peer broke the protocol: the session queued a CLOSE naming it; it goes out, then
+    /// the connection ends. The error is kept ([`Connections::protocol_errors`]).
     ProtocolError(SessionError),
 }
 
 /// A peer whose last connection went ([`Connections::end`], [`Connections::failed`]): the
-/// listening libraries have been told; the adapter ends what waits for this peer.
+/// listening libraries have been told; what waits for this peer ends (D3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct PeerGone<E> {
     /// The peer's token.
@@ -924,8 +925,8 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     }
 
     /// This side cuts connection `i` off: queues a CLOSE with `reason` (or keeps the one the
-    /// session already queued) and records it. The adapter then flushes the connection and
-    /// calls [`end`](Self::end).
+    /// session already queued) and records it; the engine then has it sent and calls
+    /// [`end`](Self::end).
     pub(crate) fn cut_off(&mut self, id: ConnId, reason: Option<CloseReason>) {
         let Some(i) = self.pos(id) else {
             return;

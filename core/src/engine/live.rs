@@ -107,9 +107,9 @@ pub enum Check {
     Nothing,
     /// A PING was queued on the session: flush the connection's control frames.
     PingQueued,
-    /// The connection is to be closed with [`Expiry::reason`]: the adapter closes the session
-    /// with it, flushes, and closes the endpoint (ending what is in flight first if
-    /// [`Expiry::Unresponsive`]).
+    /// The connection is to be closed with [`Expiry::reason`]: its session's CLOSE goes out and
+    /// its endpoint closes, what is in flight ending first if [`Expiry::Unresponsive`]
+    /// ([`Engine::handle_timeout`](super::Engine::handle_timeout) decides it all).
     Expired(Expiry),
 }
 

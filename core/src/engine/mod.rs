@@ -5,7 +5,8 @@
 //! [`Connections`] (sessions, states, deadlines, route caches, the peer index, the peers gone;
 //! each connection named by a [`ConnId`] that never shifts nor comes back), [`Libraries`],
 //! [`Ops`] (operations, what each waits for — [`Pending`] — and D3's which-operations-end,
-//! [`Loss`]), [`Unpins`] (R7), [`Sweep`] (D2), [`Backlog`] (held namespaces). Beside them:
+//! [`Loss`]), [`Unpins`] (R7), [`Sweep`] (D2); each node keeps its [`Backlog`] (held
+//! namespaces, whose messages are the transport's) beside it. Beside them:
 //! the per-connection deadlines ([`Deadlines`], [`Liveness`]), what a peer's CLOSE asks of the
 //! adapter ([`after_peer_close`]), the send path ([`Connections::resolve`]), and the types
 //! every node shows its users: [`NodeError`] (generic over the transport's error),
@@ -199,11 +200,10 @@ impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, 
         key: K,
         role: crate::wire::Role,
         identity: &crate::Identity,
-        layout: &crate::TagLayout,
         now_ms: u64,
         io: X,
     ) -> ConnId {
-        let live = self.live.now();
+        let (live, layout) = (self.live.now(), self.registry.layout());
         self.conns
             .add(key, role, identity, layout, now_ms, live, io)
     }
@@ -223,19 +223,15 @@ impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, 
 
     /// The pair value this node gives `peer` (made now if need be): what `peer`'s tags carry
     /// here, for an exact receive from it.
-    pub fn rx_pair(&mut self, peer: u64, layout: &crate::TagLayout) -> u32 {
-        self.conns.rx_pair(peer, layout)
+    pub fn rx_pair(&mut self, peer: u64) -> u32 {
+        self.conns.rx_pair(peer, self.registry.layout())
     }
 
     /// R7: a withdrawal acknowledgement tag arrived; `false` if nobody's withdrawal (among the
     /// connections `usable` accepts) waits for it — a stray.
-    pub fn handle_ack_tag(
-        &mut self,
-        layout: &crate::TagLayout,
-        tag: u64,
-        usable: impl Fn(&X) -> bool,
-    ) -> bool {
-        self.conns.claim_ack_tag(layout, tag, usable)
+    pub fn handle_ack_tag(&mut self, tag: u64, usable: impl Fn(&X) -> bool) -> bool {
+        self.conns
+            .claim_ack_tag(self.registry.layout(), tag, usable)
     }
 
     /// D5: forgets ended connections that `done` says the adapter is finished with (their
@@ -338,12 +334,11 @@ impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, 
     /// free).
     pub fn recv_matcher(
         &mut self,
-        layout: &crate::TagLayout,
         lib: LibId,
         from: Option<u64>,
         payload: u64,
     ) -> Result<crate::Matcher, NodeError<E>> {
-        let ns = self.libs.ns(lib)?;
+        let (ns, layout) = (self.libs.ns(lib)?, self.registry.layout());
         Ok(match from {
             Some(peer) => ns.matcher_from(self.conns.rx_pair(peer, layout), payload)?,
             None => ns.matcher_any_peer(payload)?,
@@ -394,7 +389,7 @@ pub use libraries::{AmDelivery, Libraries, Library};
 #[cfg(feature = "alloc")]
 mod ops;
 #[cfg(feature = "alloc")]
-pub use ops::{Ending, Loss, Next, Ops, Outcome, Pending, Waits};
+pub use ops::{Ending, Loss, Next, Op, Ops, Outcome, Pending, Request, Waits};
 #[cfg(feature = "alloc")]
 mod sends;
 #[cfg(feature = "alloc")]

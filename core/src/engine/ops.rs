@@ -57,6 +57,75 @@ pub trait Pending {
     fn request(&self) -> Option<u64>;
 }
 
+/// A transport request an operation waits on: the key the transport's completions name it by
+/// (UCX: the request's address; the mock: its send or receive id).
+pub trait Request {
+    /// Its key.
+    fn key(&self) -> u64;
+}
+
+/// A running operation on an adapter whose transport's send requests are `S`, receive
+/// requests `R`, and whose connections are keyed `K`: what both nodes run, so that what it waits for ([`Pending`]) and which
+/// losses end it ([`Waits`]) are answered once.
+#[derive(Debug)]
+pub enum Op<S, R, K> {
+    /// A send waiting for a route (P2).
+    WaitingRoute(super::Waiting),
+    /// A send handed to the transport.
+    Sending {
+        /// Its library.
+        lib: LibId,
+        /// The transport's request.
+        req: S,
+        /// The connection it is in flight on (D3: it ends when that fails).
+        conn: K,
+    },
+    /// A receive posted to the transport.
+    Receiving {
+        /// Its library.
+        lib: LibId,
+        /// The transport's request.
+        req: R,
+        /// The peer the library said the message comes from (`recv_from`): the receive ends
+        /// when that peer goes down (D3).
+        from: Option<u64>,
+        /// A receive from any peer: its payload and length limit, to post it again when what
+        /// it took carries a pair value no proven peer was given.
+        any: Option<(u64, usize)>,
+    },
+}
+
+impl<S: Request, R: Request, K> Pending for Op<S, R, K> {
+    fn route_deadline(&self) -> Option<u64> {
+        match self {
+            Op::WaitingRoute(w) => Some(w.deadline_ms()),
+            _ => None,
+        }
+    }
+    fn request(&self) -> Option<u64> {
+        match self {
+            Op::Sending { req, .. } => Some(req.key()),
+            Op::Receiving { req, .. } => Some(req.key()),
+            Op::WaitingRoute(_) => None,
+        }
+    }
+}
+
+impl<S, R, K: Copy> Waits<K> for Op<S, R, K> {
+    fn sending_on(&self) -> Option<K> {
+        match self {
+            Op::Sending { conn, .. } => Some(*conn),
+            _ => None,
+        }
+    }
+    fn receiving_from(&self) -> Option<u64> {
+        match self {
+            Op::Receiving { from, .. } => *from,
+            _ => None,
+        }
+    }
+}
+
 /// The hash keys of the operation tables (fixed: their keys are not a peer's to choose).
 const OPS_HASH_KEYS: [u64; 2] = [0x9e37_79b9_7f4a_7c15, 0xbf58_476d_1ce4_e5b9];
 

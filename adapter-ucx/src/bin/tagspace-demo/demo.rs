@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-use tagspace_core::wellknown::CONTROL_ID;
+use tagspace_core::wellknown::control_am_id;
 use tagspace_core::wire::CloseReason;
 use tagspace_ucx::node::{LibId, Liveness, Node, NodeConfig, OpId, PeerEvent};
 use tagspace_ucx::ucp::{ucx_version, Config, Request, Started, UCX_API_BUILT};
@@ -372,8 +372,7 @@ fn peer(o: &Opts) -> Result<(), String> {
         // Malformed control frames (a HELLO with a truncated body) to everyone, then nothing.
         // Sent as any process on the network could: an Active Message on the control
         // namespace's first AM id, on the shared endpoint.
-        let layout = node.layout();
-        let control_am = (CONTROL_ID as u32 * layout.am_ids_per_namespace()) as u16;
+        let control_am = control_am_id(node.layout());
         let mut pending: Vec<Request> = Vec::new();
         for p in &others {
             let garbage = b"TS\x01\x01\x00\x09\x00\x10\x40garbage".to_vec();
