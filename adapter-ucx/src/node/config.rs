@@ -1,6 +1,13 @@
 //! How a node is set up: its configuration, its clock, what host mode found.
 
-use super::*;
+use crate::ucp::{Config, ThreadMode};
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+use tagspace_core::engine::{Liveness, PeerLimits};
+use tagspace_core::identity::Identity;
 
 /// Milliseconds for deadlines: the real monotonic clock, or a manual one that only moves when
 /// told (for deterministic tests of P2 deadlines over a real transport).
@@ -48,15 +55,16 @@ pub struct NodeConfig {
     pub clock: Clock,
     /// What one connection may send unasked before it is cut off (D5).
     pub limits: PeerLimits,
-    /// The heartbeat on established connections ([`Liveness`]: by default a PING a second,
-    /// cut off after 30 s without an answer); `None`: off (a peer that stops answering is then
-    /// only noticed when UCX reports its endpoint failed). A connection it closes ends with
-    /// [`CloseReason::Unresponsive`] on both sides (`stats().liveness_timeouts`, the reason in
-    /// [`PeerEvent::Down`]), and what was in flight on it ends with `PeerDown` at once. It
-    /// frees a process whose shared-memory receive queue a kill left stuck (see the README).
-    /// **Call `progress` at least once per `timeout_ms`**, or peers cut this node off; time
-    /// away from `progress` is not held against them (gaps count at most
-    /// [`LIVENESS_TICK_MAX_MS`]).
+    /// The heartbeat on established connections ([`Liveness`]: by default a PING a second, cut off
+    /// after 30 s without an answer); `None`: off (a peer that stops answering is then only noticed
+    /// when UCX reports its endpoint failed). A connection it closes ends with
+    /// [`CloseReason::Unresponsive`](tagspace_core::wire::CloseReason::Unresponsive) on both sides
+    /// (`stats().liveness_timeouts`, the reason in
+    /// [`PeerEvent::Down`](crate::node::PeerEvent::Down)), and what was in flight on it ends with
+    /// `PeerDown` at once. It frees a process whose shared-memory receive queue a kill left stuck
+    /// (see the README). **Call `progress` at least once per `timeout_ms`**, or peers cut this node
+    /// off; time away from `progress` is not held against them (gaps count at most
+    /// [`LIVENESS_TICK_MAX_MS`](tagspace_core::engine::LIVENESS_TICK_MAX_MS)).
     pub liveness: Option<Liveness>,
 }
 
@@ -103,19 +111,20 @@ pub(super) fn index_keys() -> [u64; 2] {
     [a, b]
 }
 
-/// Who calls `ucp_worker_progress` on a worker a host owns ([`Node::adopt`]).
+/// Who calls `ucp_worker_progress` on a worker a host owns
+/// ([`Node::adopt`](crate::node::Node::adopt)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HostProgress {
     /// The host does (ucxx's progress thread, an asyncio loop, RAFT's thread): the node's
-    /// [`progress`](Node::progress) only handles what UCX queued for it. On a
+    /// [`progress`](crate::node::Node::progress) only handles what UCX queued for it. On a
     /// `UCS_THREAD_MODE_MULTI` worker the host may progress from any thread.
     Host,
-    /// The node does, in [`progress`](Node::progress) (the host never progresses it itself,
-    /// or does so only on the node's thread).
+    /// The node does, in [`progress`](crate::node::Node::progress) (the host never progresses
+    /// it itself, or does so only on the node's thread).
     Node,
 }
 
-/// What a node in host mode found on the host's worker ([`Node::host`]).
+/// What a node in host mode found on the host's worker ([`Node::host`](crate::node::Node::host)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HostInfo {
     /// The worker's thread mode.

@@ -2,6 +2,7 @@
 //! for carried out — the one way a connection closes and the one way an operation ends early
 //! (D3); control frames and withdrawal acknowledgements (R7) sent and received.
 
+use super::stats::count_close;
 use super::*;
 
 impl Node {

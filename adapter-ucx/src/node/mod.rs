@@ -38,18 +38,16 @@
 //! and keeps full masks on its data receives.
 
 use crate::ucp::{
-    Completion, Config, Endpoint, EpKey, Listener, Message, Request, Started, Status, TagInfo,
-    ThreadMode, UcxError, Worker,
+    Completion, Endpoint, EpKey, Listener, Message, Request, Started, Status, TagInfo, UcxError,
+    Worker,
 };
-use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
-use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tagspace_core::engine::{
-    self, Action, Blocked, Charge, CloseHow, ConnId, Dest, Expiry, Next, QueueOwner, Resolved,
-    Stage, StrayQueue, Target, Waiting, Why,
+    self, Action, Blocked, Charge, CloseHow, ConnId, Dest, Next, QueueOwner, Resolved, Stage,
+    StrayQueue, Target, Waiting, Why,
 };
 use tagspace_core::identity::Identity;
 use tagspace_core::namespace::Route;
@@ -71,7 +69,6 @@ mod wireup;
 use config::index_keys;
 pub use config::{fresh_identity, Clock, HostInfo, HostProgress, NodeConfig};
 pub use stats::NodeStats;
-use stats::{count_close, count_stray};
 
 pub use tagspace_core::wire::Role;
 /// The name [`Role`] had in this crate's host-mode API.

@@ -1,6 +1,7 @@
 //! Sends and receives: the libraries' operations, routed through the engine, and the
 //! matchers and routes for runtimes that send and receive with their own calls.
 
+use super::stats::count_stray;
 use super::*;
 
 impl Node {

@@ -1,6 +1,7 @@
 //! What a node counts.
 
-use super::*;
+use tagspace_core::engine::{Expiry, Why};
+use tagspace_core::session::SessionError;
 
 /// Node-wide counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -21,36 +22,41 @@ pub struct NodeStats {
     /// AMs on ids nobody here listens on (also counted in `stray`), dropped.
     pub am_unowned: u64,
     /// Partial-mask probes of UCX's unexpected queue made for strays that found nothing (each
-    /// scanned the whole queue; at most [`STRAY_PROBES_PER_CALL`] per `progress` call).
+    /// scanned the whole queue; at most
+    /// [`STRAY_PROBES_PER_CALL`](crate::node::STRAY_PROBES_PER_CALL) per `progress` call).
     pub stray_probes: u64,
     /// Looks at the head of UCX's unexpected queue made for strays (at most
-    /// [`STRAY_TAKES_PER_CALL`] per `progress` call).
+    /// [`STRAY_TAKES_PER_CALL`](crate::node::STRAY_TAKES_PER_CALL) per `progress` call).
     pub stray_head_probes: u64,
     /// Endpoints that failed (UCX peer error handling).
     pub endpoint_failures: u64,
-    /// Connections cut off because the peer sent more control frames than may wait for
-    /// wire-up ([`EARLY_FRAMES_MAX`], [`EARLY_BYTES_MAX`]).
+    /// Connections cut off because the peer sent more control frames than may wait for wire-up
+    /// ([`EARLY_FRAMES_MAX`](crate::node::EARLY_FRAMES_MAX),
+    /// [`EARLY_BYTES_MAX`](crate::node::EARLY_BYTES_MAX)).
     pub early_overflows: u64,
     /// Operations failed by tagspace because their peer failed, while UCX still held their
     /// requests (D3): their buffers are kept until UCX lets the requests go.
     pub failed_by_peer_down: u64,
     /// Connections closed for a control-plane error from the peer (the last
-    /// [`PROTOCOL_ERRORS_KEPT`] are in [`Node::protocol_errors`]).
+    /// [`PROTOCOL_ERRORS_KEPT`](crate::node::PROTOCOL_ERRORS_KEPT) are in
+    /// [`Node::protocol_errors`](crate::node::Node::protocol_errors)).
     pub protocol_errors: u64,
     /// Of those, connections whose peer could not prove the identity its HELLO claimed (P6):
     /// never indexed as that peer, never able to supersede its connection.
     pub unproven: u64,
     /// Connections closed because their handshake did not complete in
-    /// [`HANDSHAKE_TIMEOUT_MS`] (a silent peer, or one that never proved its claim).
+    /// [`HANDSHAKE_TIMEOUT_MS`](crate::node::HANDSHAKE_TIMEOUT_MS) (a silent peer, or one that
+    /// never proved its claim).
     pub handshake_timeouts: u64,
-    /// Connections closed because the peer sent more than [`PeerLimits`] allow, or left more
-    /// messages waiting than a held namespace's [`BacklogLimit`] (`backlog_floods`).
+    /// Connections closed because the peer sent more than [`PeerLimits`](crate::node::PeerLimits)
+    /// allow, or left more messages waiting than a held namespace's
+    /// [`BacklogLimit`](crate::node::BacklogLimit) (`backlog_floods`).
     pub flood_closes: u64,
     /// Messages of held namespaces taken out of UCX's queue into the node's backlog
-    /// ([`Node::hold_backlog`]).
+    /// ([`Node::hold_backlog`](crate::node::Node::hold_backlog)).
     pub held: u64,
     /// Peers cut off for leaving more messages waiting in a held namespace than its
-    /// [`BacklogLimit`] allows (also in `flood_closes`).
+    /// [`BacklogLimit`](crate::node::BacklogLimit) allows (also in `flood_closes`).
     pub backlog_floods: u64,
     /// Messages of those peers dropped: held when the limit was passed, or sent to a held
     /// namespace after it.
@@ -63,17 +69,19 @@ pub struct NodeStats {
     /// the pins of ended connections.
     pub ids_unpinned: u64,
     /// Connections closed because the peer left withdrawals unacknowledged for
-    /// [`ACK_TIMEOUT_MS`].
+    /// [`ACK_TIMEOUT_MS`](crate::node::ACK_TIMEOUT_MS).
     pub ack_timeouts: u64,
     /// Heartbeat frames (PING, PONG) sent and received; not in `control_sent`/`_received`.
     pub heartbeats_sent: u64,
     /// See `heartbeats_sent`.
     pub heartbeats_received: u64,
-    /// Connections closed because a PING went unanswered for [`Liveness::timeout_ms`].
+    /// Connections closed because a PING went unanswered for
+    /// [`Liveness::timeout_ms`](crate::node::Liveness::timeout_ms).
     pub liveness_timeouts: u64,
     /// Host mode: control frames that came on an endpoint the host had not attached, and were
-    /// dropped because more such frames waited than [`UNATTACHED_FRAMES_MAX`] /
-    /// [`EARLY_BYTES_MAX`] allow.
+    /// dropped because more such frames waited than
+    /// [`UNATTACHED_FRAMES_MAX`](crate::node::UNATTACHED_FRAMES_MAX) /
+    /// [`EARLY_BYTES_MAX`](crate::node::EARLY_BYTES_MAX) allow.
     pub unattached_dropped: u64,
 }
 

@@ -1,6 +1,7 @@
 //! Strays (D2 within D4's bound): the sweep of the worker's unexpected queue, the held
 //! namespaces' backlogs, and the queue view both work on.
 
+use super::stats::count_stray;
 use super::*;
 
 impl Node {

@@ -162,9 +162,9 @@ impl<M> Backlog<M> {
         id: u16,
         limit: BacklogLimit,
         layout: &TagLayout,
-        owner: super::QueueOwner,
+        owner: super::unpins::QueueOwner,
     ) -> Result<(), &'static str> {
-        if owner == super::QueueOwner::HOST {
+        if owner == super::unpins::QueueOwner::HOST {
             return Err(
                 "backlog limits need the node's own worker (a host's libraries receive \
                         with their own calls)",

@@ -5,7 +5,9 @@
 //! in [`Connection::io`] and carries out what the engine's answers say (send these frames,
 //! retire that endpoint, end these operations).
 
-use super::{Check, Deadlines, LibId, Libraries, LiveClock, Liveness, NodeError, PeerEvent};
+use super::libraries::Libraries;
+use super::live::{Check, Deadlines, Link, LiveClock, Liveness};
+use super::types::{LibId, NodeError, PeerEvent};
 use crate::identity::Identity;
 use crate::layout::TagLayout;
 use crate::namespace::Route;
@@ -514,7 +516,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     pub fn with_pair_check<R>(
         &mut self,
         layout: &TagLayout,
-        f: impl FnOnce(&super::PairCheck<'_>) -> R,
+        f: impl FnOnce(&super::strays::PairCheck<'_>) -> R,
     ) -> R {
         let p = &mut self.pairs;
         if p.gaps.is_none() {
@@ -524,7 +526,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         }
         let by_value = &p.by_value;
         let given = |v: u32| by_value.contains_key(&(v as u64));
-        f(&super::PairCheck {
+        f(&super::strays::PairCheck {
             layout,
             given: &given,
             gaps: p.gaps.as_deref().unwrap_or(&[]),
@@ -1068,7 +1070,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     pub(crate) fn forget(
         &mut self,
         done: impl Fn(&Connection<K, X, E, CAP>) -> bool,
-        unpins: &mut super::Unpins<CAP>,
+        unpins: &mut super::unpins::Unpins<CAP>,
         now_ms: u64,
     ) -> bool {
         if !self.conns.iter().any(|c| !c.is_open() && done(c)) {
@@ -1113,17 +1115,6 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         self.reindex();
         true
     }
-}
-
-/// An adapter's connection, as the engine sees it.
-pub(crate) trait Link<const CAP: usize> {
-    /// Whether the connection is in service (deadlines apply only then; superseded, closed and
-    /// failed connections are not).
-    fn is_open(&self) -> bool;
-    /// Its session.
-    fn session(&self) -> &Session<CAP>;
-    /// Its session and deadlines.
-    fn deadline_parts(&mut self) -> (&mut Session<CAP>, &mut Deadlines);
 }
 
 /// The proven peer a connection serves, if it is open and established.
@@ -1208,7 +1199,7 @@ impl<K, X, E, const CAP: usize> Connections<K, X, E, CAP> {
     pub(crate) fn release_all(
         &mut self,
         registry: &crate::Registry<CAP>,
-        unpins: &mut super::Unpins<CAP>,
+        unpins: &mut super::unpins::Unpins<CAP>,
     ) {
         unpins.release_all(registry, self.conns.iter_mut().map(|c| &mut *c.session));
     }

@@ -2,7 +2,7 @@
 //! Active Message queues and peer-event queue, and the rules for what reaches them — kept once
 //! here for every adapter.
 
-use super::{Counters, LibId, NodeError, PeerEvent};
+use super::types::{Counters, LibId, NodeError, PeerEvent};
 use crate::namespace::{am_namespace, Namespace};
 use crate::registry::Registry;
 use crate::TagLayout;

@@ -214,6 +214,18 @@ impl Deadlines {
     }
 }
 
+/// A connection as the deadline sweep, the duplicate tie-break and the unpins see it.
+#[cfg(feature = "alloc")]
+pub(crate) trait Link<const CAP: usize> {
+    /// Whether the connection is in service (deadlines apply only then; superseded, closed and
+    /// failed connections are not).
+    fn is_open(&self) -> bool;
+    /// Its session.
+    fn session(&self) -> &Session<CAP>;
+    /// Its session and deadlines.
+    fn deadline_parts(&mut self) -> (&mut Session<CAP>, &mut Deadlines);
+}
+
 #[cfg(all(test, not(loom)))]
 pub(crate) mod tests {
     use super::*;

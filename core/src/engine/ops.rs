@@ -8,8 +8,9 @@
 //! when the routes
 //! changed, and those whose deadline passed ([`due`](Ops::due)) — never every pending one.
 
-use super::TokenHash;
-use super::{LibId, Libraries, NodeError, OpId};
+use super::conns::TokenHash;
+use super::libraries::Libraries;
+use super::types::{LibId, NodeError, OpId};
 use alloc::collections::BTreeSet;
 use alloc::vec::Vec;
 
@@ -70,7 +71,7 @@ pub trait Request {
 #[derive(Debug)]
 pub enum Op<S, R, K> {
     /// A send waiting for a route (P2).
-    WaitingRoute(super::Waiting),
+    WaitingRoute(super::sends::Waiting),
     /// A send handed to the transport.
     Sending {
         /// Its library.

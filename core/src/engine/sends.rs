@@ -2,7 +2,9 @@
 //! P2 — a send to a peer not connected yet, or to a name it has not announced yet, waits until
 //! its deadline, then fails with an error that says which.
 
-use super::{Blocked, ConnId, Connections, LibId, Libraries, NodeError};
+use super::conns::{Blocked, ConnId, Connections};
+use super::libraries::Libraries;
+use super::types::{LibId, NodeError};
 use crate::error::TagError;
 use crate::namespace::{Namespace, Route};
 use alloc::vec::Vec;

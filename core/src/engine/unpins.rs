@@ -8,8 +8,8 @@
 //! worker) — or, on a host's worker, where a host library's tags may fall in any id and must
 //! never be taken, the id is held while anything waits in it.
 
-use super::conns::Link;
-use super::StrayQueue;
+use super::live::Link;
+use super::strays::StrayQueue;
 use crate::registry::Registry;
 use crate::session::Session;
 use alloc::boxed::Box;
