@@ -665,6 +665,7 @@ impl Node {
                 Stage::Unpin => self.release_pins(fab),
                 Stage::Strays => self.stage_strays(fab),
             }
+            debug_assert!(!self.engine.has_actions(), "{stage:?} left actions undone");
         }
     }
 

@@ -554,21 +554,22 @@ impl Node {
         // The engine's order, the same on every adapter.
         for stage in engine::PROGRESS {
             busy |= match stage {
-                Stage::Transport => self.step_transport(),
+                Stage::Transport => self.stage_transport(),
                 Stage::WireUp => self.poll_wireup(),
-                Stage::Messages => self.step_messages(),
+                Stage::Messages => self.stage_messages(),
                 Stage::AckTags => self.take_ack_tags(),
                 Stage::Transmit => self.flush() | (self.host.is_some() && self.sync_ack_recvs()),
-                Stage::Operations => self.step_operations(),
+                Stage::Operations => self.stage_operations(),
                 Stage::Timers => {
                     self.engine.handle_timeout(self.clock.now_ms());
                     self.carry_out();
                     false
                 }
-                Stage::Retire => self.step_retire(),
+                Stage::Retire => self.stage_retire(),
                 Stage::Unpin => self.release_confirmed(),
-                Stage::Strays => self.step_strays(),
+                Stage::Strays => self.stage_strays(),
             };
+            debug_assert!(!self.engine.has_actions(), "{stage:?} left actions undone");
         }
         busy
     }
@@ -576,7 +577,7 @@ impl Node {
     /// [`Stage::Transport`]: UCX's progress, bounded (D4: under a flood UCX always has more to
     /// do; the rest waits for the next call, after tagspace has handled what arrived), then
     /// the connections accepted and the endpoint failures.
-    fn step_transport(&mut self) -> bool {
+    fn stage_transport(&mut self) -> bool {
         let mut busy = match self.host {
             Some(HostInfo {
                 progress: HostProgress::Host,
@@ -607,7 +608,7 @@ impl Node {
     }
 
     /// [`Stage::Messages`]: the Active Messages that arrived.
-    fn step_messages(&mut self) -> bool {
+    fn stage_messages(&mut self) -> bool {
         let mut busy = false;
         while let Some(am) = self.worker.take_am() {
             busy = true;
@@ -619,7 +620,7 @@ impl Node {
     /// [`Stage::Retire`]: control sends UCX finished are let go, endpoints closing in order
     /// whose requests have finished are closed, ended connections whose endpoint is gone are
     /// forgotten.
-    fn step_retire(&mut self) -> bool {
+    fn stage_retire(&mut self) -> bool {
         for io in self.engine.ios_mut() {
             io.ctl_inflight.retain_mut(|r| r.test().is_none());
         }
@@ -631,7 +632,7 @@ impl Node {
     }
 
     /// [`Stage::Operations`] (D6): only the operations something happened to.
-    fn step_operations(&mut self) -> bool {
+    fn stage_operations(&mut self) -> bool {
         self.worker.take_completed(&mut self.completed);
         for addr in self.completed.drain(..) {
             self.engine.ops_mut().completed(addr as u64);
@@ -646,7 +647,7 @@ impl Node {
     /// [`Stage::Strays`]: never on a host's worker (coexistence: the host's libraries own every
     /// tag tagspace does not; nothing is swept out of the host's queue). One time budget for
     /// the sweep and the held backlogs.
-    fn step_strays(&mut self) -> bool {
+    fn stage_strays(&mut self) -> bool {
         let now = self.clock.now_ms();
         let deadline = Instant::now() + self.drain_budget();
         let mut busy = false;

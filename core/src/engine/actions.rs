@@ -96,16 +96,6 @@ pub enum Why {
     Local,
 }
 
-impl Why {
-    /// Whether the close is the peer's fault or failure, worth a warning.
-    pub fn is_fault(self) -> bool {
-        matches!(
-            self,
-            Why::ProtocolError(_) | Why::Expired(_) | Why::Flood | Why::Backlog | Why::Failed
-        )
-    }
-}
-
 /// One stage of an adapter's `progress`, in the order [`PROGRESS`] fixes for every adapter.
 /// After each input a stage gives the engine, the adapter carries out every [`Action`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
