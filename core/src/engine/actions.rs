@@ -236,8 +236,7 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
         if let Some(why) = why {
             // A superseded one is closed here, not again when its linger ends.
             self.conns.retire(conn);
-            let how = CloseHow::Forced;
-            self.actions.push_back(Action::Close { conn, how, why });
+            self.push_close(conn, CloseHow::Forced, why);
         }
         self.peer_gone(gone);
     }
@@ -266,8 +265,7 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
             }
         }
         for conn in self.conns.take_lingered(now_ms) {
-            let (how, why) = (CloseHow::Orderly, Why::Superseded);
-            self.actions.push_back(Action::Close { conn, how, why });
+            self.push_close(conn, CloseHow::Orderly, Why::Superseded);
         }
     }
 
@@ -279,8 +277,7 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
             Some(LinkState::Open) => self.cut_off(conn, reason, Why::Local),
             Some(LinkState::Superseded { .. }) => {
                 if self.conns.retire(conn) {
-                    let (how, why) = (CloseHow::Orderly, Why::Superseded);
-                    self.actions.push_back(Action::Close { conn, how, why });
+                    self.push_close(conn, CloseHow::Orderly, Why::Superseded);
                 }
             }
             Some(LinkState::Down(_)) | None => {}
@@ -308,9 +305,12 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
             self.actions.push_back(Action::Transmit(conn));
         }
         let gone = self.conns.end(conn, None, &mut self.libs);
-        let how = CloseHow::Orderly;
-        self.actions.push_back(Action::Close { conn, how, why });
+        self.push_close(conn, CloseHow::Orderly, why);
         self.peer_gone(gone);
+    }
+
+    fn push_close(&mut self, conn: ConnId, how: CloseHow, why: Why) {
+        self.actions.push_back(Action::Close { conn, how, why });
     }
 
     /// An unresponsive connection (no PONG in time, here or at the peer): what is in flight
@@ -440,6 +440,20 @@ mod tests {
         while let Ok(Some(n)) = c.session_mut().poll_transmit(from.reg, buf) {
             to.e.handle_control(y, &buf[..n], now);
         }
+    }
+
+    /// Two connections between `a` and `b`, opened from each side at once (P4): the one `a`
+    /// keeps, the one it supersedes, and the actions `a`'s engine asked for meanwhile.
+    fn duplicate(a: &mut Side, b: &mut Side) -> (ConnId, ConnId, Vec<Action<u8>>) {
+        let (i1, j1) = open(a, b, 1);
+        let (j2, i2) = open(b, a, 2);
+        let mut at_a = Vec::new();
+        for _ in 0..2 {
+            at_a.extend(pump(a, i1, b, j1, 0)[0].clone());
+            at_a.extend(pump(a, i2, b, j2, 0)[0].clone());
+        }
+        let kept = a.e.conns.serving(b.me.token()).unwrap();
+        (kept, if kept == i1 { i2 } else { i1 }, at_a)
     }
 
     fn actions(s: &mut Side) -> Vec<Action<u8>> {
@@ -639,14 +653,7 @@ mod tests {
     #[test]
     fn a_superseded_connection_that_fails_while_lingering_is_closed_once() {
         let (mut a, mut b) = two();
-        let (i1, j1) = open(&mut a, &mut b, 1);
-        let (j2, i2) = open(&mut b, &mut a, 2);
-        for _ in 0..2 {
-            pump(&mut a, i1, &mut b, j1, 0);
-            pump(&mut a, i2, &mut b, j2, 0);
-        }
-        let kept = a.e.conns.serving(b.me.token()).unwrap();
-        let lost = if kept == i1 { i2 } else { i1 };
+        let (kept, lost, _) = duplicate(&mut a, &mut b);
         a.e.handle_failed(lost, 5);
         let (how, why) = (CloseHow::Forced, Why::Superseded);
         assert_eq!(
@@ -668,16 +675,7 @@ mod tests {
     #[test]
     fn a_superseded_connection_closes_once_when_its_linger_ends() {
         let (mut a, mut b) = two();
-        let (i1, j1) = open(&mut a, &mut b, 1);
-        let (j2, i2) = open(&mut b, &mut a, 2);
-        let mut at_a = Vec::new();
-        for _ in 0..2 {
-            at_a.extend(pump(&mut a, i1, &mut b, j1, 0)[0].clone());
-            at_a.extend(pump(&mut a, i2, &mut b, j2, 0)[0].clone());
-        }
-        let tb = b.me.token();
-        let kept = a.e.conns.serving(tb).unwrap();
-        let lost = if kept == i1 { i2 } else { i1 };
+        let (kept, lost, at_a) = duplicate(&mut a, &mut b);
         assert!(
             at_a.contains(&Action::Transmit(lost)),
             "its CLOSE goes out: {at_a:?}"

@@ -168,6 +168,14 @@ impl<K: Copy, X, E: Copy, const CAP: usize> Connection<K, X, E, CAP> {
     pub fn closed_for(&self) -> Option<CloseReason> {
         self.closed_for
     }
+
+    /// Marks a superseded connection's endpoint as handed back for closing: `true` the first
+    /// time only (never for one that is not superseded).
+    fn retire(&mut self) -> bool {
+        let fresh = matches!(self.state, LinkState::Superseded { .. }) && !self.retired;
+        self.retired |= fresh;
+        fresh
+    }
     /// The peer's route for `lib` (cached).
     pub fn route(&self, lib: LibId) -> Option<Route> {
         self.routes.get(lib.0).copied().flatten().map(|(r, _)| r)
@@ -902,28 +910,16 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     /// Superseded connections whose linger is over at `now_ms`, each handed out once: their
     /// endpoints are to be closed.
     pub(crate) fn take_lingered(&mut self, now_ms: u64) -> Vec<ConnId> {
-        let mut over = Vec::new();
-        for c in self.conns.iter_mut() {
-            if matches!(c.state, LinkState::Superseded { until_ms } if now_ms >= until_ms)
-                && !c.retired
-            {
-                c.retired = true;
-                over.push(c.id);
-            }
-        }
-        over
+        let over = |c: &Connection<K, X, E, CAP>| matches!(c.state, LinkState::Superseded { until_ms } if now_ms >= until_ms);
+        (self.conns.iter_mut())
+            .filter_map(|c| (over(c) && c.retire()).then_some(c.id))
+            .collect()
     }
 
     /// Marks superseded connection `id`'s endpoint as handed back for closing; `false` if it
     /// was already (or is not superseded).
     pub(crate) fn retire(&mut self, id: ConnId) -> bool {
-        let Some(i) = self.pos(id) else {
-            return false;
-        };
-        let c = &mut self.conns[i];
-        let fresh = matches!(c.state, LinkState::Superseded { .. }) && !c.retired;
-        c.retired |= fresh;
-        fresh
+        self.pos(id).is_some_and(|i| self.conns[i].retire())
     }
 
     /// This side cuts connection `i` off: queues a CLOSE with `reason` (or keeps the one the
