@@ -67,14 +67,12 @@ impl Node {
                     self.flush_conn(i);
                 }
                 Action::Close { conn, how, why } => self.close(conn, how, why),
-                Action::End { op, peer, cause } => self.end_op(op, peer, cause),
+                Action::End { op, peer, cause } => {
+                    self.with_ops(|e, t| e.end_op(t, op, peer, cause))
+                }
                 // Orderly close: UCX's cancel (a matched receive still completes); the
                 // cancelled receive ends as `PeerDown` when UCX reports it.
-                Action::Cancel { op, .. } => {
-                    if let Some(Op::Receiving { req, .. }) = self.engine.ops().get(op) {
-                        req.cancel();
-                    }
-                }
+                Action::Cancel { op, peer } => self.with_ops(|e, t| e.cancel_op(t, op, peer)),
                 Action::Proven { peer } => {
                     tracing::info!(peer, "connection established");
                     self.backlog.proven(peer);
@@ -136,35 +134,6 @@ impl Node {
                 drop(ep.close(true));
             }
         }
-    }
-
-    /// The one way an operation ends early (D3), a send or receive that can only finish
-    /// through `peer`, which went down: its result if UCX has already finished it, else
-    /// `PeerDown`. A request still in progress — UCX may never finish it, e.g. one matched to
-    /// the dead peer's rendezvous — is dropped: a receive is cancelled, and either is parked
-    /// with its buffer on the worker until UCX is done with it.
-    pub(super) fn end_op(&mut self, id: OpId, peer: u64, cause: Option<UcxError>) {
-        let (lib, mut req, sent) = match self.engine.ops_mut().remove(id) {
-            Some(Op::Sending { lib, req, .. }) => (lib, req, true),
-            Some(Op::Receiving { lib, req, .. }) => (lib, req, false),
-            Some(waiting) => {
-                self.engine.ops_mut().put(id, Next::Wait(waiting));
-                return;
-            }
-            None => return,
-        };
-        let down = NodeError::PeerDown { peer, cause };
-        let r = match req.test() {
-            Some(Ok(Completion::Received { data, .. })) => Ok(Some(data)),
-            Some(Ok(Completion::Sent(_))) => Ok(None),
-            Some(Err(_)) => Err(down),
-            None => {
-                self.stats.failed_by_peer_down += 1;
-                Err(down)
-            }
-        };
-        let done = self.finish(lib, r, sent);
-        self.engine.ops_mut().put(id, done);
     }
 
     pub(super) fn on_am(&mut self, am: crate::ucp::AmMessage) {

@@ -23,7 +23,7 @@
 //! The node is an executor: UCX's events go to the core engine as inputs (`handle_*`), and what
 //! the engine asks for ([`engine::Action`]) is carried out here, in its order. By concern:
 //! `config` (setting up, the clock), `ops` (the libraries' sends and receives, the routes and
-//! matchers for runtimes' own calls), `exec` (the control plane: events in, actions out — the
+//! matchers for runtimes' own calls, and UCX as the engine's [`engine::Transport`]), `exec` (the control plane: events in, actions out — the
 //! one way a connection closes and the one way an operation ends early), `wireup` (new
 //! connections, U1), `host` (host mode's endpoints), `strays` (D2's sweep and the held
 //! backlogs), `stats`, and `hooks` (feature `test-hooks`).
@@ -46,8 +46,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tagspace_core::engine::{
-    self, Action, Blocked, Charge, CloseHow, ConnId, Dest, Next, QueueOwner, Resolved, Stage,
-    StrayQueue, Target, Waiting, Why,
+    self, Action, Charge, CloseHow, ConnId, Dest, Next, QueueOwner, Stage, StrayQueue, Target,
+    Waiting, Why,
 };
 use tagspace_core::identity::Identity;
 use tagspace_core::namespace::Route;
@@ -191,9 +191,6 @@ struct Closing {
 
 /// A running operation: UCX requests, on endpoints.
 type Op = engine::Op<Request, Request, EpKey>;
-
-/// What an operation became after a step (the engine's table keeps finished ones' results).
-type Step = Next<Op, UcxError>;
 
 impl engine::Request for Request {
     /// Its address (what [`Worker::take_completed`] reports).
@@ -460,13 +457,7 @@ impl Node {
             // the next name to take the id, UCX matching the oldest posted receive first. They
             // finish with UCS_ERR_CANCELED (one already matched to a rendezvous still completes
             // with its data, which was sent to this name).
-            for op in self.engine.ops().values() {
-                if let Op::Receiving { lib: of, req, .. } = op {
-                    if *of == lib {
-                        req.cancel();
-                    }
-                }
-            }
+            self.with_ops(|e, t| e.cancel_receives(t, lib));
             tracing::debug!(name = %l.ns().name(), id = l.ns().id(), "namespace released");
         }
     }
@@ -637,9 +628,8 @@ impl Node {
         for addr in self.completed.drain(..) {
             self.engine.ops_mut().completed(addr as u64);
         }
-        for id in self.engine.due_ops(self.clock.now_ms()) {
-            self.advance_op(id);
-        }
+        let now = self.clock.now_ms();
+        self.with_ops(|e, t| e.advance_due(t, now));
         // Not counted as busy: a completion is the caller's to see (take, is_done).
         false
     }

@@ -3,6 +3,8 @@
 
 use super::stats::count_stray;
 use super::*;
+use tagspace_core::engine::{Finished, Posted};
+use tagspace_core::Matcher;
 
 impl Node {
     /// The shared endpoint to `peer`, for code outside tagspace (a legacy library) and for
@@ -99,10 +101,9 @@ impl Node {
         data: Vec<u8>,
         timeout_ms: u64,
     ) -> OpId {
-        let w = Waiting::new(lib, peer, target, data, self.clock.now_ms(), timeout_ms);
-        let id = self.engine.ops_mut().start(Next::Wait(Op::WaitingRoute(w)));
-        self.advance_op(id);
-        id
+        let now = self.clock.now_ms();
+        let w = Waiting::new(lib, peer, target, data, now, timeout_ms);
+        self.with_ops(|e, t| e.send(t, w, now))
     }
 
     /// Sends `data` from the caller's buffer to `payload` in `lib`'s namespace on `peer`,
@@ -196,6 +197,18 @@ impl Node {
         r
     }
 
+    /// `f` with the engine and UCX as its operations' transport.
+    pub(super) fn with_ops<R>(&mut self, f: impl FnOnce(&mut Engine, &mut UcxOps<'_>) -> R) -> R {
+        let mut t = UcxOps {
+            worker: &self.worker,
+            layout: self.registry.layout(),
+            backlog: &mut self.backlog,
+            stats: &mut self.stats,
+            by_id: &mut self.stray_by_id,
+        };
+        f(&mut self.engine, &mut t)
+    }
+
     pub(super) fn count(&mut self, lib: LibId, ok: bool, sent: bool) {
         self.engine.libs_mut().count(lib, ok, sent);
     }
@@ -234,10 +247,6 @@ impl Node {
     /// guesses the value with probability `2^-pair_bits` per message). Receives of other peers
     /// are never touched, and [`cancel`](Self::cancel) keeps UCX's meaning for every receive.
     pub fn recv_from(&mut self, lib: LibId, peer: u64, payload: u64, max_len: usize) -> OpId {
-        if let Some(cause @ Some(_)) = self.engine.conns().failed_peer(peer) {
-            let r = self.finish(lib, Err(NodeError::PeerDown { peer, cause }), false);
-            return self.engine.ops_mut().start(r);
-        }
         self.post(lib, Some(peer), payload, max_len)
     }
 
@@ -248,32 +257,8 @@ impl Node {
         payload: u64,
         max_len: usize,
     ) -> OpId {
-        let op = match self.post_recv(lib, from, payload, max_len) {
-            Ok(req) => Next::Wait(Op::Receiving {
-                lib,
-                req,
-                from,
-                any: from.is_none().then_some((payload, max_len)),
-            }),
-            Err(e) => self.finish(lib, Err(e), false),
-        };
-        self.engine.ops_mut().start(op)
-    }
-
-    pub(super) fn post_recv(
-        &mut self,
-        lib: LibId,
-        from: Option<u64>,
-        payload: u64,
-        max_len: usize,
-    ) -> Result<Request, NodeError> {
-        let m = self.engine.recv_matcher(lib, from, payload)?;
-        if let Some(held) = self.take_held(&m) {
-            return Ok(held.recv_woken(max_len)?);
-        }
-        Ok(self
-            .worker
-            .tag_recv_woken(m.tag(), m.mask(), Vec::with_capacity(max_len))?)
+        let now = self.clock.now_ms();
+        self.with_ops(|e, t| e.recv(t, lib, from, payload, max_len, now))
     }
 
     /// Whether a tag a receive from any peer took carries a pair value this node gave no
@@ -460,127 +445,110 @@ impl Node {
     /// The result of an operation once it has finished (`Ok(Some(data))` for receives); taking
     /// it forgets the operation.
     pub fn take(&mut self, op: OpId) -> Option<Result<Option<Vec<u8>>, NodeError>> {
-        if !self.is_done(op) {
-            self.advance_op(op);
-        }
-        self.engine.ops_mut().take(op)
+        let now = self.clock.now_ms();
+        self.with_ops(|e, t| e.take(t, op, now))
     }
 
     /// Operations not yet taken.
     pub fn pending_ops(&self) -> usize {
         self.engine.ops().len()
     }
+}
 
-    pub(super) fn finish(
+/// UCX, for the engine's executor of operations ([`engine::Transport`]): requests on the
+/// worker and its endpoints.
+pub(super) struct UcxOps<'a> {
+    pub(super) worker: &'a Worker,
+    pub(super) layout: &'a TagLayout,
+    /// The held namespaces' messages, which receives take first.
+    pub(super) backlog: &'a mut engine::Backlog<Message>,
+    pub(super) stats: &'a mut NodeStats,
+    pub(super) by_id: &'a mut [u64],
+}
+
+impl engine::Transport<Io, UcxError> for UcxOps<'_> {
+    type Send = Request;
+    type Recv = Request;
+
+    fn send(
         &mut self,
-        lib: LibId,
-        r: Result<Option<Vec<u8>>, NodeError>,
-        sent: bool,
-    ) -> Step {
-        Next::finished(self.engine.libs_mut(), lib, r, sent)
-    }
-
-    pub(super) fn advance_op(&mut self, id: OpId) {
-        let Some(op) = self.engine.ops_mut().remove(id) else {
-            return;
-        };
-        let next = match op {
-            Op::WaitingRoute(w) => self.try_waiting(w),
-            Op::Sending { lib, mut req, conn } => match req.test() {
-                None => Next::Wait(Op::Sending { lib, req, conn }),
-                Some(r) => self.finish(lib, r.map(|_| None).map_err(NodeError::from), true),
-            },
-            Op::Receiving {
-                lib,
-                mut req,
-                from,
-                any,
-            } => match req.test() {
-                None => Next::Wait(Op::Receiving {
-                    lib,
-                    req,
-                    from,
-                    any,
-                }),
-                Some(Err(e)) if e.status == crate::ucp::Status::CANCELED => {
-                    // Cancelled because its peer closed (see `recv_from`), its library was
-                    // released, or by the library.
-                    let e = match from.and_then(|p| Some((p, self.engine.conns().failed_peer(p)?)))
-                    {
-                        // Released first: the same answer whatever its peer did meanwhile.
-                        _ if self.engine.libs().get(lib).is_none() => NodeError::NoSuchLibrary,
-                        Some((peer, cause)) => NodeError::PeerDown { peer, cause },
-                        None => e.into(),
-                    };
-                    self.finish(lib, Err(e), false)
-                }
-                // A stranger's (also one too long for the receive, which UCX failed with
-                // TRUNCATED): dropped; the receive waits on for a proven peer's message.
-                Some(_) if any.is_some() && req.sender_tag().is_some_and(|t| self.forged(t)) => {
-                    let (payload, max_len) = any.unwrap_or_default();
-                    match self.post_recv(lib, None, payload, max_len) {
-                        Ok(req) => Next::Wait(Op::Receiving {
-                            lib,
-                            req,
-                            from,
-                            any,
-                        }),
-                        Err(e) => self.finish(lib, Err(e), false),
-                    }
-                }
-                Some(Ok(Completion::Received { data, .. })) => {
-                    self.finish(lib, Ok(Some(data)), false)
-                }
-                Some(Ok(Completion::Sent(_))) => self.finish(lib, Ok(None), false),
-                Some(Err(e)) => self.finish(lib, Err(e.into()), false),
-            },
-        };
-        self.engine.ops_mut().put(id, next);
-    }
-
-    pub(super) fn try_waiting(&mut self, mut w: Waiting) -> Step {
-        let lib = w.lib;
-        match self.try_send(&mut w) {
-            Ok(Sent::InFlight(req, conn)) => Next::Wait(Op::Sending { lib, req, conn }),
-            Ok(Sent::Complete) => self.finish(lib, Ok(None), true),
-            Ok(Sent::Blocked(why)) => {
-                match w.blocked(why, self.clock.now_ms(), self.engine.libs()) {
-                    Ok(w) => Next::Wait(Op::WaitingRoute(w)),
-                    Err(e) => self.finish(lib, Err(e), true),
-                }
-            }
-            Err(e) => self.finish(lib, Err(e), true),
-        }
-    }
-
-    /// Hands a waiting send to UCX if the engine says it can go (the data moves into the
-    /// request), or says why it waits.
-    pub(super) fn try_send(&mut self, w: &mut Waiting) -> Result<Sent, NodeError> {
-        let (i, dest) = match self.engine.resolve(w)? {
-            Resolved::Go { conn, dest } => (conn, dest),
-            Resolved::Wait(why) => return Ok(Sent::Blocked(why)),
-        };
-        let peer = w.peer;
-        let c = (self.engine.conns().get(i)).ok_or(NodeError::NoConnection { peer })?;
-        let ep = c.io.ep.as_ref().ok_or(NodeError::NoConnection { peer })?;
-        let data = std::mem::take(&mut w.data);
+        io: &Io,
+        peer: u64,
+        dest: Dest,
+        data: &mut Vec<u8>,
+    ) -> Result<Option<Request>, NodeError> {
+        let ep = io.ep.as_ref().ok_or(NodeError::NoConnection { peer })?;
+        let data = std::mem::take(data);
         let started = match dest {
             Dest::Tag(tag) => ep.tag_send_woken(tag, data)?,
             Dest::Am(id) => ep.am_send_woken(id, data)?,
         };
         Ok(match started {
-            Started::Done(_) => Sent::Complete,
-            Started::Pending(req) => Sent::InFlight(req, c.key()),
+            Started::Done(_) => None,
+            Started::Pending(req) => Some(req),
         })
+    }
+
+    fn test_send(&mut self, req: &mut Request) -> Option<Result<(), UcxError>> {
+        Some(req.test()?.map(drop))
+    }
+
+    fn post(&mut self, m: &Matcher, max_len: usize) -> Result<Posted<Request>, NodeError> {
+        if let Some(held) = held_for(self.backlog, self.layout, m) {
+            return Ok(Posted::Waiting(held.recv_woken(max_len)?));
+        }
+        let buf = Vec::with_capacity(max_len);
+        Ok(Posted::Waiting(self.worker.tag_recv_woken(
+            m.tag(),
+            m.mask(),
+            buf,
+        )?))
+    }
+
+    fn test_recv(&mut self, req: &mut Request) -> Option<Finished<UcxError>> {
+        let r = req.test()?;
+        let data = r.map(|done| match done {
+            Completion::Received { data, .. } => data,
+            // A receive never completes as a send: nothing received.
+            Completion::Sent(_) => Vec::new(),
+        });
+        let tag = req.sender_tag();
+        Some(Finished { tag, data })
+    }
+
+    fn is_cancelled(&self, e: &UcxError) -> bool {
+        e.status == Status::CANCELED
+    }
+
+    fn cancel(&mut self, req: &mut Request) -> bool {
+        req.cancel();
+        false // UCX finishes it (cancelled, or with its data if it had matched)
+    }
+
+    fn abandon_send(&mut self, req: Request) {
+        self.stats.failed_by_peer_down += 1;
+        drop(req); // parked with its buffer on the worker until UCX lets it go
+    }
+
+    fn abandon_recv(&mut self, req: Request) {
+        self.stats.failed_by_peer_down += 1;
+        drop(req); // cancelled, and parked with its buffer until UCX lets it go
+    }
+
+    fn forged(&mut self, tag: u64) {
+        count_stray(self.stats, self.by_id, self.layout.namespace_of(tag), true);
     }
 }
 
-/// What an attempt to send did.
-pub(super) enum Sent {
-    /// Not yet (P2): the data stays with the waiting send.
-    Blocked(Blocked),
-    /// Handed to UCX on that endpoint; completes later.
-    InFlight(Request, EpKey),
-    /// Handed over and already complete.
-    Complete,
+/// A message held for matcher `m` in a held namespace's backlog, if one is.
+pub(super) fn held_for(
+    backlog: &mut engine::Backlog<Message>,
+    layout: &TagLayout,
+    m: &Matcher,
+) -> Option<Message> {
+    if !backlog.is_active() {
+        return None;
+    }
+    let id = layout.namespace_of(m.tag());
+    Some(backlog.take(id, m.tag(), m.mask())?.msg)
 }

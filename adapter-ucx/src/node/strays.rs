@@ -58,11 +58,7 @@ impl Node {
     /// A held message for a receive with matcher `m`, if its namespace is held and one
     /// matches: the oldest (it was sent before anything still in UCX's queue that matches).
     pub(super) fn take_held(&mut self, m: &tagspace_core::Matcher) -> Option<Message> {
-        if !self.backlog.is_active() {
-            return None;
-        }
-        let id = self.registry.layout().namespace_of(m.tag());
-        Some(self.backlog.take(id, m.tag(), m.mask())?.msg)
+        super::ops::held_for(&mut self.backlog, self.registry.layout(), m)
     }
 
     /// One pass of the held namespaces' backlogs ([`Node::hold_backlog`]), within the stray

@@ -23,8 +23,17 @@
 //! operations [`Engine::due_ops`] names — only those, so that a call costs what happened, not
 //! what is pending (D6) — and the timed work [`Engine::poll_timeout`] schedules. The order of
 //! a `progress` call is the engine's too: every adapter runs the stages of [`PROGRESS`] in
-//! that order. Still the nodes' own: how a send or receive is handed to the transport (routed
-//! through [`Connections::resolve`]), and the probes of the stray drain and held backlogs.
+//! that order.
+//!
+//! Operations move along here as well, over the node's [`Transport`] (one transport call per
+//! method: start a send, look at a request, post, cancel or give up a receive): a library's
+//! send ([`Engine::send`], routed through [`Connections::resolve`], waiting for a route until
+//! its deadline, P2) and receive ([`Engine::recv`]), the due ones ([`Engine::advance_due`]),
+//! what [`Action::End`] and [`Action::Cancel`] ask ([`Engine::end_op`], [`Engine::cancel_op`]),
+//! a released library's receives ([`Engine::cancel_receives`]) and a result taken
+//! ([`Engine::take`]) — the same code on both nodes, so that the same event ends an operation
+//! with the same error on each. Still the nodes' own: the probes of the stray drain and held
+//! backlogs ([`StrayQueue`], [`QueueHead`], [`HoldQueue`]).
 //!
 //! ```
 //! use tagspace_core::engine::{Check, Deadlines, Expiry, LiveClock, Liveness, HANDSHAKE_TIMEOUT_MS};
@@ -380,6 +389,10 @@ pub use conns::{
 };
 #[cfg(feature = "alloc")]
 use conns::{Control, PeerGone};
+#[cfg(feature = "alloc")]
+mod exec;
+#[cfg(feature = "alloc")]
+pub use exec::{Finished, Posted, Transport};
 #[cfg(feature = "alloc")]
 mod libraries;
 #[cfg(feature = "alloc")]

@@ -16,8 +16,8 @@ use crate::fabric::{
     Completed, EpId, Fabric, FabricError, ProcessId, RecvId, SendId, WorkerEvent, WorkerId,
 };
 use tagspace_core::engine::{
-    self, Action, AmDelivery, Blocked, Charge, CloseHow, ConnId, Dest, Liveness, Next, PeerLimits,
-    QueueOwner, Resolved, Stage, StrayQueue, Target, Waiting, Why,
+    self, Action, AmDelivery, Charge, CloseHow, ConnId, Liveness, PeerLimits, QueueOwner, Stage,
+    Target, Waiting, Why,
 };
 use tagspace_core::session::SessionError;
 use tagspace_core::wellknown::CONTROL_ID;
@@ -51,8 +51,8 @@ type Engine = engine::Engine<'static, EpId, Io, Op, FabricError, CAP>;
 /// A running operation: fabric sends and receives, on endpoints.
 type Op = engine::Op<SendId, RecvId, EpId>;
 
-/// What an operation became after a step.
-type Step = Next<Op, FabricError>;
+mod views;
+use views::{FabricHolds, FabricOps, FabricQueue};
 
 impl engine::Request for SendId {
     /// Its id (what [`Fabric::completed`] reports).
@@ -214,16 +214,7 @@ impl Node {
             }
             // Its receives go with it (R7), as on the UCX node: one left posted would match a
             // message meant for the next name to take the id.
-            let mine = |op: &Op| matches!(op, Op::Receiving { lib: of, .. } if *of == lib);
-            for id in self.engine.ops().matching(mine) {
-                if let Some(Op::Receiving { req: recv, .. }) = self.engine.ops().get(id) {
-                    if fab.recv_cancel(self.worker, *recv) {
-                        self.engine
-                            .ops_mut()
-                            .put(id, Next::Done(Err(NodeError::NoSuchLibrary)));
-                    }
-                }
-            }
+            self.with_ops(fab, |e, t| e.cancel_receives(t, lib));
         }
     }
 
@@ -391,11 +382,9 @@ impl Node {
         data: &[u8],
         timeout_ms: u64,
     ) -> OpId {
-        let w = Waiting::new(lib, peer, target, data.to_vec(), fab.now_ms(), timeout_ms);
-        let op = Op::WaitingRoute(w);
-        let id = self.engine.ops_mut().start(Next::Wait(op));
-        self.advance_op(fab, id);
-        id
+        let now = fab.now_ms();
+        let w = Waiting::new(lib, peer, target, data.to_vec(), now, timeout_ms);
+        self.with_ops(fab, |e, t| e.send(t, w, now))
     }
 
     /// Posts a receive for `payload` in `lib`'s namespace from any proven peer: the pair field
@@ -405,58 +394,18 @@ impl Node {
         self.post(fab, lib, None, payload)
     }
 
+    fn post(&mut self, fab: &mut Fabric, lib: LibId, from: Option<u64>, payload: u64) -> OpId {
+        let now = fab.now_ms();
+        self.with_ops(fab, |e, t| e.recv(t, lib, from, payload, usize::MAX, now))
+    }
+
     /// Posts an exact receive (full mask, D1) for `payload` in `lib`'s namespace from `peer`
     /// only: the tag carries the pair value this node gives `peer` — as the UCX node's
     /// `recv_from`.
     /// A receive posted for a peer that has already failed fails at once; one that waits when
     /// the peer goes down ends with `PeerDown` (D3), as on UCX.
     pub fn recv_from(&mut self, fab: &mut Fabric, lib: LibId, peer: u64, payload: u64) -> OpId {
-        if let Some(cause @ Some(_)) = self.engine.conns().failed_peer(peer) {
-            let r = self.finish(lib, Err(NodeError::PeerDown { peer, cause }), false);
-            return self.engine.ops_mut().start(r);
-        }
         self.post(fab, lib, Some(peer), payload)
-    }
-
-    fn post(&mut self, fab: &mut Fabric, lib: LibId, from: Option<u64>, payload: u64) -> OpId {
-        if let Some(data) = self.held_for(lib, from, payload) {
-            let done = self.finish(lib, Ok(Some(data)), false);
-            return self.engine.ops_mut().start(done);
-        }
-        let op = match self.post_recv(fab, lib, from, payload) {
-            Ok(recv) => Next::Wait(Op::Receiving {
-                lib,
-                req: recv,
-                from,
-                any: from.is_none().then_some((payload, usize::MAX)),
-            }),
-            Err(e) => Next::Done(Err(e)),
-        };
-        let id = self.engine.ops_mut().start(op);
-        self.advance_op(fab, id);
-        id
-    }
-
-    fn post_recv(
-        &mut self,
-        fab: &mut Fabric,
-        lib: LibId,
-        from: Option<u64>,
-        payload: u64,
-    ) -> Result<RecvId, NodeError> {
-        let m = self.engine.recv_matcher(lib, from, payload)?;
-        Ok(fab.tag_recv(self.worker, m.tag(), m.mask())?)
-    }
-
-    /// A held message for this receive, if `lib`'s namespace is held and one matches (the
-    /// oldest: sent before anything still in the fabric's queue that matches) — as the UCX
-    /// node's receives look first.
-    fn held_for(&mut self, lib: LibId, from: Option<u64>, payload: u64) -> Option<Vec<u8>> {
-        if !self.backlog.is_active() {
-            return None;
-        }
-        let m = self.engine.recv_matcher(lib, from, payload).ok()?;
-        self.take_held(&m)
     }
 
     fn take_held(&mut self, m: &tagspace_core::Matcher) -> Option<Vec<u8>> {
@@ -552,93 +501,21 @@ impl Node {
         self.engine.ops_mut().take(op)
     }
 
-    fn finish(&mut self, lib: LibId, r: Result<Option<Vec<u8>>, NodeError>, sent: bool) -> Step {
-        Next::finished(self.engine.libs_mut(), lib, r, sent)
-    }
-
-    fn advance_op(&mut self, fab: &mut Fabric, id: OpId) {
-        let Some(op) = self.engine.ops_mut().remove(id) else {
-            return;
+    /// `f` with the engine and the fabric as its operations' transport.
+    fn with_ops<R>(
+        &mut self,
+        fab: &mut Fabric,
+        f: impl FnOnce(&mut Engine, &mut FabricOps<'_>) -> R,
+    ) -> R {
+        let mut t = FabricOps {
+            fab,
+            worker: self.worker,
+            layout: self.registry.layout(),
+            backlog: &mut self.backlog,
+            stray: &mut self.stray,
+            forged: &mut self.forged,
         };
-        let next = match op {
-            Op::WaitingRoute(w) => {
-                let lib = w.lib;
-                match self.try_send(fab, &w) {
-                    Ok(Sent::InFlight(send, ep)) => Next::Wait(Op::Sending {
-                        lib,
-                        req: send,
-                        conn: ep,
-                    }),
-                    Ok(Sent::Complete) => self.finish(lib, Ok(None), true),
-                    Ok(Sent::Blocked(why)) => {
-                        match w.blocked(why, fab.now_ms(), self.engine.libs()) {
-                            Ok(w) => Next::Wait(Op::WaitingRoute(w)),
-                            Err(e) => self.finish(lib, Err(e), true),
-                        }
-                    }
-                    Err(e) => self.finish(lib, Err(e), true),
-                }
-            }
-            Op::Sending {
-                lib,
-                req: send,
-                conn: ep,
-            } => match fab.send_take(send) {
-                None => Next::Wait(Op::Sending {
-                    lib,
-                    req: send,
-                    conn: ep,
-                }),
-                Some(r) => self.finish(lib, r.map(|_| None).map_err(NodeError::from), true),
-            },
-            Op::Receiving {
-                lib,
-                req: recv,
-                from,
-                any,
-            } => match fab.recv_take(self.worker, recv) {
-                None => Next::Wait(Op::Receiving {
-                    lib,
-                    req: recv,
-                    from,
-                    any,
-                }),
-                Some(Ok(m)) if any.is_some() && self.forged_tag(m.tag) => {
-                    let (payload, _) = any.unwrap_or_default();
-                    match self.post_recv(fab, lib, None, payload) {
-                        Ok(recv) => Next::Wait(Op::Receiving {
-                            lib,
-                            req: recv,
-                            from,
-                            any,
-                        }),
-                        Err(e) => self.finish(lib, Err(e), false),
-                    }
-                }
-                Some(r) => {
-                    self.finish(lib, r.map(|m| Some(m.data)).map_err(NodeError::from), false)
-                }
-            },
-        };
-        self.engine.ops_mut().put(id, next);
-    }
-
-    fn try_send(&mut self, fab: &mut Fabric, w: &Waiting) -> Result<Sent, NodeError> {
-        let (conn, dest) = match self.engine.resolve(w)? {
-            Resolved::Go { conn, dest } => (conn, dest),
-            Resolved::Wait(why) => return Ok(Sent::Blocked(why)),
-        };
-        let ep = (self.engine.conns().get(conn))
-            .ok_or(NodeError::NoConnection { peer: w.peer })?
-            .io
-            .ep;
-        Ok(match dest {
-            Dest::Tag(tag) => Sent::InFlight(fab.tag_send(ep, tag, &w.data)?, ep),
-            Dest::Am(id) => {
-                fab.am_send(ep, id, &w.data)?;
-                Sent::Complete // AMs are eager here
-            }
-        })
+        f(&mut self.engine, &mut t)
     }
 
     /// Handles everything pending: connection events, control frames, Active Messages,
@@ -712,9 +589,8 @@ impl Node {
             };
             self.engine.ops_mut().completed(key);
         }
-        for id in self.engine.due_ops(fab.now_ms()) {
-            self.advance_op(fab, id);
-        }
+        let now = fab.now_ms();
+        self.with_ops(fab, |e, t| e.advance_due(t, now));
     }
 
     /// [`Stage::Strays`]: the stray sweep and the held backlogs (never on a host's worker).
@@ -756,8 +632,10 @@ impl Node {
             match action {
                 Action::Transmit(i) => self.flush_conn(fab, i),
                 Action::Close { conn, how, why } => self.close(fab, conn, how, why),
-                Action::End { op, peer, cause } => self.end_op(fab, op, peer, cause),
-                Action::Cancel { op, peer } => self.cancel_op(fab, op, peer),
+                Action::End { op, peer, cause } => {
+                    self.with_ops(fab, |e, t| e.end_op(t, op, peer, cause))
+                }
+                Action::Cancel { op, peer } => self.with_ops(fab, |e, t| e.cancel_op(t, op, peer)),
                 Action::Proven { peer } => self.backlog.proven(peer),
             }
         }
@@ -781,47 +659,6 @@ impl Node {
             Why::Expired(_) => self.deadline_closes += 1,
             Why::Flood | Why::Backlog => self.flood_closes += 1,
             _ => {}
-        }
-    }
-
-    /// The one way an operation ends early (D3): its result if the fabric already has one (a
-    /// send's failure is `PeerDown` too, as on UCX), else `PeerDown` (a receive is cancelled).
-    fn end_op(&mut self, fab: &mut Fabric, id: OpId, peer: u64, cause: Option<FabricError>) {
-        let down = NodeError::PeerDown { peer, cause };
-        let (lib, r, sent) = match self.engine.ops_mut().remove(id) {
-            Some(Op::Sending { lib, req: send, .. }) => match fab.send_take(send) {
-                Some(Ok(())) => (lib, Ok(None), true),
-                _ => (lib, Err(down), true),
-            },
-            Some(Op::Receiving { lib, req: recv, .. }) => match fab.recv_take(self.worker, recv) {
-                Some(Ok(m)) => (lib, Ok(Some(m.data)), false),
-                _ => {
-                    fab.recv_cancel(self.worker, recv);
-                    (lib, Err(down), false)
-                }
-            },
-            Some(waiting) => {
-                self.engine.ops_mut().put(id, Next::Wait(waiting));
-                return;
-            }
-            None => return,
-        };
-        let done = self.finish(lib, r, sent);
-        self.engine.ops_mut().put(id, done);
-    }
-
-    /// A receive waiting for `peer`, which closed in order: cancelled (`PeerDown` with no
-    /// cause, as UCX's cancel gives on that node) unless it has already matched.
-    fn cancel_op(&mut self, fab: &mut Fabric, id: OpId, peer: u64) {
-        let Some(Op::Receiving { lib, req: recv, .. }) = self.engine.ops().get(id) else {
-            return;
-        };
-        let (lib, recv) = (*lib, *recv);
-        if fab.recv_cancel(self.worker, recv) {
-            self.engine.ops_mut().remove(id);
-            let down = NodeError::PeerDown { peer, cause: None };
-            let done = self.finish(lib, Err(down), false);
-            self.engine.ops_mut().put(id, done);
         }
     }
 
@@ -905,104 +742,5 @@ impl Node {
         drop(self.backlog.clear());
         self.engine.close_all();
         self.carry_out(fab);
-    }
-}
-
-/// What an attempt to send did.
-enum Sent {
-    /// Not yet (P2).
-    Blocked(Blocked),
-    /// Handed to the transport (on this endpoint); completes later.
-    InFlight(SendId, EpId),
-    /// Handed over and already complete.
-    Complete,
-}
-
-/// The worker's unexpected queue by namespace id, for the engine's R7 drain.
-struct FabricQueue<'f> {
-    fab: &'f mut Fabric,
-    worker: WorkerId,
-    layout: TagLayout,
-    /// The tag of the oldest unexpected message, as last looked at.
-    oldest: Option<u64>,
-    /// Messages taken for their pair value.
-    forged: u64,
-}
-
-impl<'f> FabricQueue<'f> {
-    fn new(fab: &'f mut Fabric, worker: WorkerId, layout: &TagLayout) -> Self {
-        FabricQueue {
-            fab,
-            worker,
-            layout: *layout,
-            oldest: None,
-            forged: 0,
-        }
-    }
-
-    fn probe(&mut self, id: u16, remove: bool) -> bool {
-        let space = self.layout.space(id);
-        matches!(
-            self.fab
-                .tag_probe(self.worker, space.tag, space.mask, remove),
-            Ok(Some(_))
-        )
-    }
-}
-
-impl StrayQueue for FabricQueue<'_> {
-    fn take_one(&mut self, id: u16) -> bool {
-        self.probe(id, true)
-    }
-    fn waits(&mut self, id: u16) -> bool {
-        self.probe(id, false)
-    }
-}
-
-impl engine::QueueHead for FabricQueue<'_> {
-    fn oldest_tag(&mut self) -> Option<u64> {
-        let head = self.fab.tag_probe(self.worker, 0, 0, false).ok().flatten();
-        self.oldest = head.map(|m| m.tag);
-        self.oldest
-    }
-    fn take_matching(&mut self, tag: u64, mask: u64, _id: u16, forged: bool) -> bool {
-        let taken = matches!(
-            self.fab.tag_probe(self.worker, tag, mask, true),
-            Ok(Some(_))
-        );
-        self.forged += u64::from(taken && forged);
-        taken
-    }
-    fn first(&mut self, tag: u64, mask: u64) -> Option<u64> {
-        let found = self.fab.tag_probe(self.worker, tag, mask, false);
-        found.ok().flatten().map(|m| m.tag)
-    }
-    fn take_oldest(&mut self, _id: u16, forged: bool) -> bool {
-        let taken = self.oldest.take().is_some_and(|tag| {
-            matches!(
-                self.fab.tag_probe(self.worker, tag, u64::MAX, true),
-                Ok(Some(_))
-            )
-        });
-        self.forged += u64::from(taken && forged);
-        taken
-    }
-}
-
-/// The held namespaces' view of the fabric's unexpected queue ([`engine::HoldQueue`]): a probe
-/// with removal hands the message's data over at once.
-struct FabricHolds<'f> {
-    fab: &'f mut Fabric,
-    worker: WorkerId,
-    forged: u64,
-}
-
-impl engine::HoldQueue<Vec<u8>> for FabricHolds<'_> {
-    fn take_first(&mut self, tag: u64, mask: u64) -> Option<(u64, usize, Vec<u8>)> {
-        let got = self.fab.tag_probe(self.worker, tag, mask, true).ok()??;
-        Some((got.tag, got.data.len(), got.data))
-    }
-    fn discard(&mut self, _tag: u64, _msg: Vec<u8>, forged: bool) {
-        self.forged += u64::from(forged);
     }
 }
