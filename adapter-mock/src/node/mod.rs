@@ -1,7 +1,7 @@
 //! tagspace on the simulated UCX: one [`Node`] per simulated process.
 //!
 //! The node only moves bytes and events; every protocol decision is the core's
-//! ([`Session`], [`Registry`], [`Namespace`]), which the UCX adapter drives the same way:
+//! ([`Session`](tagspace_core::Session), [`Registry`], [`Namespace`]), which the UCX adapter drives the same way:
 //! * control frames travel as Active Messages on the control namespace's first AM id, so the
 //!   receiver knows the connection from UCX's `reply_ep`;
 //! * data travels as tags built by the namespace through the peer's directory, received with full
@@ -11,6 +11,12 @@
 //! * messages for ids nobody here has registered are probed out, counted and dropped (D2);
 //! * of two connections to one peer the session's tie-break keeps one (P4);
 //! * an endpoint error fails the operations on that endpoint only (D3).
+//!
+//! Like the UCX node it is an executor of the core engine ([`engine::Engine`]): this file is
+//! the public API, `exec` runs `progress` (the engine's stages, its inputs, every action it
+//! asks for carried out) and `views` is the fabric as the engine sees it — the operations'
+//! [`engine::Transport`], the unexpected queue for the stray sweep and R7's drain, the held
+//! namespaces' view.
 
 use crate::fabric::{
     Completed, EpId, Fabric, FabricError, ProcessId, RecvId, SendId, WorkerEvent, WorkerId,
@@ -51,6 +57,7 @@ type Engine = engine::Engine<'static, EpId, Io, Op, FabricError, CAP>;
 /// A running operation: fabric sends and receives, on endpoints.
 type Op = engine::Op<SendId, RecvId, EpId>;
 
+mod exec;
 mod views;
 use views::{FabricHolds, FabricOps, FabricQueue};
 
@@ -169,7 +176,7 @@ impl Node {
     }
 
     /// Connections this node closed because a deadline passed (handshake, withdrawal
-    /// acknowledgements, heartbeat: the core engine's [`Deadlines`]).
+    /// acknowledgements, heartbeat: the core engine's [`Deadlines`](engine::Deadlines)).
     pub fn deadline_closes(&self) -> u64 {
         self.deadline_closes
     }
@@ -427,28 +434,6 @@ impl Node {
         (self.backlog.hold_checked(id, limit, layout, owner)).map_err(NodeError::Usage)
     }
 
-    /// One pass of the held namespaces' backlogs; cuts off the peers over their limit.
-    fn hold_pass(&mut self, fab: &mut Fabric) {
-        let layout = self.registry.layout();
-        let conns = self.engine.conns();
-        let forgotten = conns.pairs_forgotten();
-        drop((self.backlog).forget_unknown(forgotten, |p| conns.rx_pair_of(p).is_some()));
-        let mut queue = FabricHolds {
-            fab: &mut *fab,
-            worker: self.worker,
-            forged: 0,
-        };
-        let conns = self.engine.conns();
-        let pass =
-            (self.backlog).pass(layout, &mut queue, |t| conns.sender_of(layout, t), || false);
-        self.stray += queue.forged;
-        self.forged += queue.forged;
-        for &peer in &pass.floods {
-            self.engine.handle_flooded(peer);
-        }
-        self.carry_out(fab);
-    }
-
     /// Whether `tag` (taken by a receive from any peer) carries a pair value no proven peer was
     /// given; counts it.
     fn forged_tag(&mut self, tag: u64) -> bool {
@@ -516,231 +501,5 @@ impl Node {
             forged: &mut self.forged,
         };
         f(&mut self.engine, &mut t)
-    }
-
-    /// Handles everything pending: connection events, control frames, Active Messages,
-    /// outgoing announcements, operations waiting for routes, and stray draining.
-    pub fn progress(&mut self, fab: &mut Fabric) {
-        if !fab.is_alive(fab.process_of(self.worker)) {
-            return;
-        }
-        self.last_now_ms = fab.now_ms();
-        // The engine's order, the same on every adapter.
-        for stage in engine::PROGRESS {
-            match stage {
-                Stage::Transport => self.stage_transport(fab),
-                Stage::WireUp => {} // the fabric's endpoints are usable at once
-                Stage::Messages => self.stage_messages(fab),
-                Stage::AckTags => self.take_ack_tags(fab),
-                Stage::Transmit => self.flush(fab),
-                Stage::Operations => self.stage_operations(fab),
-                Stage::Timers => {
-                    self.engine.handle_timeout(fab.now_ms());
-                    self.carry_out(fab);
-                }
-                Stage::Retire => self.engine.forget_ended(|c| c.io.closed, fab.now_ms()),
-                Stage::Unpin => self.release_pins(fab),
-                Stage::Strays => self.stage_strays(fab),
-            }
-            debug_assert!(!self.engine.has_actions(), "{stage:?} left actions undone");
-        }
-    }
-
-    /// [`Stage::Transport`]: connections accepted, endpoint failures.
-    fn stage_transport(&mut self, fab: &mut Fabric) {
-        while let Some(ev) = fab.event(self.worker) {
-            match ev {
-                WorkerEvent::Accepted(ep) => self.add_conn(ep, Role::Acceptor),
-                WorkerEvent::EndpointError(ep, e) => {
-                    if let Some(i) = self.engine.conns().find(ep, |c| !c.io.closed) {
-                        self.engine.handle_failed(i, e);
-                        self.carry_out(fab);
-                    }
-                }
-            }
-        }
-    }
-
-    /// [`Stage::Messages`]: control frames, and the libraries' Active Messages.
-    fn stage_messages(&mut self, fab: &mut Fabric) {
-        while let Some(am) = fab.am_take(self.worker) {
-            if am.id == self.control_am {
-                if self.charge(fab, am.reply_ep, Charge::Control) {
-                    self.on_control(fab, am.reply_ep, &am.data);
-                }
-                continue;
-            }
-            let layout = self.registry.layout();
-            if let AmDelivery::Stray { .. } =
-                self.engine.libs_mut().deliver_am(layout, am.id, am.data)
-            {
-                self.stray += 1;
-                self.charge(fab, am.reply_ep, Charge::Unwanted);
-            }
-        }
-    }
-
-    /// [`Stage::Operations`] (D6): only the operations something happened to.
-    fn stage_operations(&mut self, fab: &mut Fabric) {
-        while let Some(done) = fab.completed(self.worker) {
-            let key = match done {
-                Completed::Send(s) => s.0,
-                Completed::Recv(r) => r.0,
-            };
-            self.engine.ops_mut().completed(key);
-        }
-        let now = fab.now_ms();
-        self.with_ops(fab, |e, t| e.advance_due(t, now));
-    }
-
-    /// [`Stage::Strays`]: the stray sweep and the held backlogs (never on a host's worker).
-    fn stage_strays(&mut self, fab: &mut Fabric) {
-        let now = fab.now_ms();
-        if self.engine.sweep_due(now) {
-            self.drain_strays(fab);
-        }
-        if self.engine.owner() != QueueOwner::HOST && self.backlog.due(now) {
-            self.hold_pass(fab);
-        }
-    }
-
-    fn on_control(&mut self, fab: &mut Fabric, ep: EpId, bytes: &[u8]) {
-        if let Some(i) = self.engine.conns().find(ep, |c| !c.io.closed) {
-            self.engine.handle_control(i, bytes, fab.now_ms());
-            self.carry_out(fab);
-        }
-    }
-
-    /// Counts one message from `ep`'s connection against the [`PeerLimits`]; a peer over them
-    /// is cut off (CLOSE with reason `Flood`). Returns whether the message may be handled.
-    fn charge(&mut self, fab: &mut Fabric, ep: EpId, what: Charge) -> bool {
-        let Some(i) = self
-            .engine
-            .conns()
-            .find(ep, |c| !c.io.closed && c.is_open())
-        else {
-            return true;
-        };
-        let ok = self.engine.handle_charge(i, fab.now_ms(), what);
-        self.carry_out(fab);
-        ok
-    }
-
-    /// Carries out everything the engine asked for, in its order.
-    fn carry_out(&mut self, fab: &mut Fabric) {
-        while let Some(action) = self.engine.poll_action() {
-            match action {
-                Action::Transmit(i) => self.flush_conn(fab, i),
-                Action::Close { conn, how, why } => self.close(fab, conn, how, why),
-                Action::End { op, peer, cause } => {
-                    self.with_ops(fab, |e, t| e.end_op(t, op, peer, cause))
-                }
-                Action::Cancel { op, peer } => self.with_ops(fab, |e, t| e.cancel_op(t, op, peer)),
-                Action::Proven { peer } => self.backlog.proven(peer),
-            }
-        }
-    }
-
-    /// The one way a connection's endpoint closes: in order (the fabric delivers what was
-    /// sent first), or at once after a failure.
-    fn close(&mut self, fab: &mut Fabric, i: ConnId, how: CloseHow, why: Why) {
-        let Some(c) = self.engine.conn_mut(i) else {
-            return;
-        };
-        let io = &mut c.io;
-        if io.closed {
-            return; // closed already: counted then
-        }
-        io.closed = true;
-        if how == CloseHow::Orderly {
-            fab.ep_close(io.ep);
-        }
-        match why {
-            Why::Expired(_) => self.deadline_closes += 1,
-            Why::Flood | Why::Backlog => self.flood_closes += 1,
-            _ => {}
-        }
-    }
-
-    fn flush_conn(&mut self, fab: &mut Fabric, i: ConnId) {
-        let Some(c) = self.engine.conn_mut(i) else {
-            return;
-        };
-        if c.io.closed {
-            return;
-        }
-        let ep = c.io.ep;
-        let session = c.session_mut();
-        while let Ok(Some(n)) = session.poll_transmit(self.registry, &mut self.buf) {
-            if fab.am_send(ep, self.control_am, &self.buf[..n]).is_err() {
-                break;
-            }
-        }
-        // R7: the tag half of each withdrawal acknowledgement, after this side's tag messages.
-        while let Some(tag) = session.poll_ack_tag(self.registry.layout()) {
-            let _ = fab.tag_send(ep, tag, &[]);
-        }
-    }
-
-    /// R7: takes the withdrawal acknowledgements (tags in the control namespace) and hands
-    /// each to the session whose withdrawal it confirms; anything else there is a stray.
-    fn take_ack_tags(&mut self, fab: &mut Fabric) {
-        let layout = *self.registry.layout();
-        if self.engine.owner() != QueueOwner::Node {
-            // Exactly the tags some session waits for (a host's tags may be anywhere else).
-            let awaited: Vec<u64> = self
-                .engine
-                .conns()
-                .awaited_ack_tags(&layout, |io| !io.closed)
-                .collect();
-            for tag in awaited {
-                if let Ok(Some(_)) = fab.tag_probe(self.worker, tag, u64::MAX, true) {
-                    self.engine.handle_ack_tag(tag, |io| !io.closed);
-                }
-            }
-            return;
-        }
-        let space = layout.space(CONTROL_ID);
-        while let Ok(Some(r)) = fab.tag_probe(self.worker, space.tag, space.mask, true) {
-            if !self.engine.handle_ack_tag(r.tag, |io| !io.closed) {
-                self.stray += 1;
-            }
-        }
-    }
-
-    /// R7: ids whose withdrawal a peer confirmed, and every pin of a connection that ended
-    /// (after the linger), go back to the registry — a quarantined one drained first (host
-    /// mode: held while anything waits in it). The core engine decides, as on UCX.
-    fn release_pins(&mut self, fab: &mut Fabric) {
-        let now = fab.now_ms();
-        let mut queue = FabricQueue::new(fab, self.worker, self.registry.layout());
-        let pass = self.engine.unpin_due(now, &mut queue);
-        self.stray += pass.strays;
-    }
-
-    fn flush(&mut self, fab: &mut Fabric) {
-        for id in self.engine.conns().ids() {
-            if self.engine.conns().get(id).is_some_and(|c| c.is_open()) {
-                self.flush_conn(fab, id);
-            }
-        }
-    }
-
-    /// D2: one pass of the engine's stray sweep (the head of the queue while it is a stray,
-    /// then unregistered ids within the probe budget; the control id carries withdrawal acks,
-    /// taken by `take_ack_tags`; id 0 belongs to legacy code). Host mode: nothing here is
-    /// tagspace's to take.
-    pub fn drain_strays(&mut self, fab: &mut Fabric) {
-        let mut queue = FabricQueue::new(fab, self.worker, self.registry.layout());
-        let (taken, _, _) = self.engine.sweep_pass(&mut queue, || false);
-        self.stray += taken;
-        self.forged += queue.forged;
-    }
-
-    /// Closes every connection (orderly CLOSE).
-    pub fn shutdown(&mut self, fab: &mut Fabric) {
-        drop(self.backlog.clear());
-        self.engine.close_all();
-        self.carry_out(fab);
     }
 }
