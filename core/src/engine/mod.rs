@@ -1,6 +1,11 @@
 //! Protocol decisions that every adapter makes the same way, made once here (sans-IO: no
 //! clock, no transport; the adapter passes the time in and carries out the answer).
 //!
+//! **For adapter authors.** A runtime that uses tagspace through a node (the UCX adapter's
+//! `Node`, the C ABI, the Python package) never names anything here but the types a node shows
+//! it ([`NodeError`], [`PeerEvent`], [`Counters`], [`LibId`], [`OpId`]); this module is what
+//! a new transport under tagspace implements against.
+//!
 //! One [`Engine`] per node (feature `alloc`) holds the tables the decisions are made on:
 //! [`Connections`] (sessions, states, deadlines, route caches, the peer index, the peers gone;
 //! each connection named by a [`ConnId`] that never shifts nor comes back), [`Libraries`],
