@@ -132,10 +132,9 @@ impl Node {
     /// The one way a connection's endpoint closes: in order (the fabric delivers what was
     /// sent first), or at once after a failure.
     fn close(&mut self, fab: &mut Fabric, i: ConnId, how: CloseHow, why: Why) {
-        let Some(c) = self.engine.conn_mut(i) else {
+        let Some(io) = self.engine.io_mut(i) else {
             return;
         };
-        let io = &mut c.io;
         if io.closed {
             return; // closed already: counted then
         }
@@ -151,22 +150,24 @@ impl Node {
     }
 
     fn flush_conn(&mut self, fab: &mut Fabric, i: ConnId) {
-        let Some(c) = self.engine.conn_mut(i) else {
+        let Some(mut out) = self.engine.outbox(i) else {
             return;
         };
-        if c.io.closed {
+        if out.io.closed {
             return;
         }
-        let ep = c.io.ep;
-        let session = c.session_mut();
-        while let Ok(Some(n)) = session.poll_transmit(self.registry, &mut self.buf) {
-            if fab.am_send(ep, self.control_am, &self.buf[..n]).is_err() {
-                break;
+        let ep = out.io.ep;
+        // Control frames, then (R7) the tag half of each withdrawal acknowledgement, after
+        // this side's tag messages.
+        while let Some(next) = out.next(&mut self.buf) {
+            match next {
+                Out::Frame(n) => {
+                    if fab.am_send(ep, self.control_am, &self.buf[..n]).is_err() {
+                        out.end_frames();
+                    }
+                }
+                Out::AckTag(tag) => drop(fab.tag_send(ep, tag, &[])),
             }
-        }
-        // R7: the tag half of each withdrawal acknowledgement, after this side's tag messages.
-        while let Some(tag) = session.poll_ack_tag(self.registry.layout()) {
-            let _ = fab.tag_send(ep, tag, &[]);
         }
     }
 

@@ -22,8 +22,8 @@ use crate::fabric::{
     Completed, EpId, Fabric, FabricError, ProcessId, RecvId, SendId, WorkerEvent, WorkerId,
 };
 use tagspace_core::engine::{
-    self, Action, AmDelivery, Charge, CloseHow, ConnId, Liveness, PeerLimits, QueueOwner, Stage,
-    Target, Waiting, Why,
+    self, Action, AmDelivery, Charge, CloseHow, ConnId, Liveness, Out, PeerLimits, QueueOwner,
+    Stage, Target, Waiting, Why,
 };
 use tagspace_core::session::SessionError;
 use tagspace_core::wellknown::CONTROL_ID;

@@ -1,6 +1,7 @@
 //! The control plane: the transport's events handed to the engine, and what the engine asks
-//! for carried out — the one way a connection closes and the one way an operation ends early
-//! (D3); control frames and withdrawal acknowledgements (R7) sent and received.
+//! for carried out — the one way a connection closes; an operation that ends early (D3)
+//! handed to the engine's executor; control frames and withdrawal acknowledgements (R7) sent
+//! and received.
 
 use super::stats::count_close;
 use super::*;
@@ -87,12 +88,14 @@ impl Node {
     /// endpoint's requests in progress for ever (a shared-memory lane to a dead peer is never
     /// discarded) — and it is force-closed at once.
     pub(super) fn close(&mut self, i: ConnId, how: CloseHow, why: Why) {
-        let Some(c) = self.engine.conn_mut(i) else {
+        let Some(c) = self.engine.conns().get(i) else {
             return;
         };
         let (key, peer) = (c.key(), c.peer());
         let claimed = c.session().claimed_token();
-        let io = &mut c.io;
+        let Some(io) = self.engine.io_mut(i) else {
+            return;
+        };
         let Some(ep) = io.ep.take() else {
             return; // closed already: counted then
         };
@@ -216,11 +219,10 @@ impl Node {
             tracing::warn!("control frame from an unknown endpoint dropped");
             return;
         };
-        let Some(c) = self.engine.conn_mut(i) else {
+        let open = self.engine.conns().get(i).is_some_and(|c| c.is_open());
+        let Some(io) = self.engine.io_mut(i) else {
             return;
         };
-        let open = c.is_open();
-        let io = &mut c.io;
         if open && matches!(io.wire, Wire::Flushing(_)) {
             // U1: handled once this side can answer; bounded (D5).
             if io.early.len() >= EARLY_FRAMES_MAX || io.early_bytes + bytes.len() > EARLY_BYTES_MAX
@@ -279,43 +281,50 @@ impl Node {
 
     pub(super) fn flush_conn(&mut self, i: ConnId) -> bool {
         let mut sent = false;
-        let Some(c) = self.engine.conn_mut(i) else {
+        let Some(mut out) = self.engine.outbox(i) else {
             return false;
         };
-        let (session, io) = c.parts();
-        let (Some(ep), Wire::Ready) = (io.ep.as_ref(), &io.wire) else {
-            return false;
-        };
-        while let Ok(Some(n)) = session.poll_transmit(self.registry, &mut self.buf) {
-            if io.withholds(Some(&self.buf[..n])) {
-                continue;
-            }
-            sent = true;
-            if wire::is_heartbeat(&self.buf[..n]) {
-                self.stats.heartbeats_sent += 1;
-            } else {
-                self.stats.control_sent += 1;
-            }
-            match ep.am_send(self.control_am, self.buf[..n].to_vec()) {
-                Ok(Started::Pending(r)) => io.ctl_inflight.push(r),
-                Ok(Started::Done(_)) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, "sending a control frame failed");
-                    break;
-                }
-            }
+        let io = &mut *out.io;
+        if !matches!((&io.ep, &io.wire), (Some(_), Wire::Ready)) {
+            return false; // closed, or not wired up yet (U1): it goes once it is
         }
-        // R7: the tag half of each withdrawal acknowledgement, posted after every tag message
-        // this node has already posted on the endpoint (so UCX delivers it after them).
-        while let Some(tag) = session.poll_ack_tag(self.registry.layout()) {
-            if io.withholds(None) {
-                continue;
-            }
+        // Control frames, then (R7) the tag half of each withdrawal acknowledgement, posted
+        // after every tag message this node has already posted on the endpoint (so UCX
+        // delivers it after them).
+        while let Some(next) = out.next(&mut self.buf) {
+            let io = &mut *out.io;
+            let Some(ep) = io.ep.as_ref() else {
+                break;
+            };
+            let (frame, started) = match next {
+                Out::Frame(n) => {
+                    let frame = &self.buf[..n];
+                    if io.withholds(Some(frame)) {
+                        continue;
+                    }
+                    if wire::is_heartbeat(frame) {
+                        self.stats.heartbeats_sent += 1;
+                    } else {
+                        self.stats.control_sent += 1;
+                    }
+                    (true, ep.am_send(self.control_am, frame.to_vec()))
+                }
+                Out::AckTag(tag) => {
+                    if io.withholds(None) {
+                        continue;
+                    }
+                    self.stats.acks_sent += 1;
+                    (false, ep.tag_send(tag, Vec::new()))
+                }
+            };
             sent = true;
-            self.stats.acks_sent += 1;
-            match ep.tag_send(tag, Vec::new()) {
+            match started {
                 Ok(Started::Pending(r)) => io.ctl_inflight.push(r),
                 Ok(Started::Done(_)) => {}
+                Err(e) if frame => {
+                    tracing::warn!(error = %e, "sending a control frame failed");
+                    out.end_frames();
+                }
                 Err(e) => tracing::warn!(error = %e, "sending a withdrawal ack failed"),
             }
         }

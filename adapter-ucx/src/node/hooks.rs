@@ -21,8 +21,8 @@ impl Node {
     #[cfg(feature = "test-hooks")]
     pub fn withhold_acks_for_test(&mut self, peer: u64) -> Result<(), NodeError> {
         let i = self.engine.conns().serving(peer)?;
-        if let Some(c) = self.engine.conn_mut(i) {
-            c.io.withhold_acks = true;
+        if let Some(io) = self.engine.io_mut(i) {
+            io.withhold_acks = true;
         }
         Ok(())
     }

@@ -23,8 +23,8 @@
 //! The node is an executor: UCX's events go to the core engine as inputs (`handle_*`), and what
 //! the engine asks for ([`engine::Action`]) is carried out here, in its order. By concern:
 //! `config` (setting up, the clock), `ops` (the libraries' sends and receives, the routes and
-//! matchers for runtimes' own calls, and UCX as the engine's [`engine::Transport`]), `exec` (the control plane: events in, actions out — the
-//! one way a connection closes and the one way an operation ends early), `wireup` (new
+//! matchers for runtimes' own calls, and UCX as the engine's [`engine::Transport`]), `exec`
+//! (the control plane: events in, actions out — the one way a connection closes), `wireup` (new
 //! connections, U1), `host` (host mode's endpoints), `strays` (D2's sweep and the held
 //! backlogs), `stats`, and `hooks` (feature `test-hooks`).
 //!
@@ -46,7 +46,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tagspace_core::engine::{
-    self, Action, Charge, CloseHow, ConnId, Dest, Next, QueueOwner, Stage, StrayQueue, Target,
+    self, Action, Charge, CloseHow, ConnId, Dest, Next, Out, QueueOwner, Stage, StrayQueue, Target,
     Waiting, Why,
 };
 use tagspace_core::identity::Identity;

@@ -44,11 +44,12 @@ impl Node {
     pub(super) fn poll_wireup(&mut self) -> bool {
         let mut busy = false;
         for i in self.engine.conns().ids() {
-            let Some(c) = self.engine.conn_mut(i) else {
+            let Some(key) = self.engine.conns().get(i).map(|c| c.key()) else {
                 continue;
             };
-            let key = c.key();
-            let io = &mut c.io;
+            let Some(io) = self.engine.io_mut(i) else {
+                continue;
+            };
             let Wire::Flushing(req) = &mut io.wire else {
                 continue;
             };

@@ -146,6 +146,51 @@ pub const PROGRESS: [Stage; 10] = [
 
 pub(super) type Actions<E> = VecDeque<Action<E>>;
 
+/// One thing a connection has to send ([`Outbox::next`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Out {
+    /// A control frame of this many bytes, written into the caller's buffer: send it as the
+    /// control Active Message.
+    Frame(usize),
+    /// The tag half of a withdrawal acknowledgement (R7): send an empty tag message with this
+    /// tag, after every tag message this side has already posted on the connection.
+    AckTag(u64),
+}
+
+/// What connection's session has queued to send, in the order it must go: its control frames,
+/// then its acknowledgement tags ([`Engine::outbox`], for a [`Transmit`](Action::Transmit)).
+/// The adapter sends each as it comes, through [`io`](Self::io); what it does not take stays
+/// queued for the next `Transmit`.
+pub struct Outbox<'a, X, const CAP: usize> {
+    session: &'a mut crate::Session<CAP>,
+    registry: &'a crate::Registry<CAP>,
+    frames_done: bool,
+    /// The connection's transport state (its endpoint, requests in flight, …).
+    pub io: &'a mut X,
+}
+
+impl<X, const CAP: usize> Outbox<'_, X, CAP> {
+    /// The next thing to send; a frame is written into `buf` (size it
+    /// [`MAX_FRAME_LEN`](crate::wire::MAX_FRAME_LEN): a frame that does not fit ends the
+    /// frames of this call).
+    pub fn next(&mut self, buf: &mut [u8]) -> Option<Out> {
+        if !self.frames_done {
+            match self.session.poll_transmit(self.registry, buf) {
+                Ok(Some(n)) => return Some(Out::Frame(n)),
+                _ => self.frames_done = true,
+            }
+        }
+        let layout = self.registry.layout();
+        self.session.poll_ack_tag(layout).map(Out::AckTag)
+    }
+
+    /// The transport refused a frame: the session's other frames wait for the next
+    /// [`Transmit`](Action::Transmit); the acknowledgement tags still come.
+    pub fn end_frames(&mut self) {
+        self.frames_done = true;
+    }
+}
+
 #[cfg(feature = "alloc")]
 impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
     Engine<'r, K, X, T, E, CAP>
@@ -154,6 +199,18 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
     /// the inputs so far asked for. Call it until `None` after every `handle_*` and close.
     pub fn poll_action(&mut self) -> Option<Action<E>> {
         self.actions.pop_front()
+    }
+
+    /// What connection `conn` has to send ([`Action::Transmit`]); `None` once it is forgotten.
+    pub fn outbox(&mut self, conn: ConnId) -> Option<Outbox<'_, X, CAP>> {
+        let registry = self.registry;
+        let (session, io) = self.conns.get_mut(conn)?.parts();
+        Some(Outbox {
+            session,
+            registry,
+            frames_done: false,
+            io,
+        })
     }
 
     /// Whether actions wait to be carried out.

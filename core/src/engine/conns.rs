@@ -133,11 +133,12 @@ impl<K: Copy, X, E: Copy, const CAP: usize> Connection<K, X, E, CAP> {
         &self.session
     }
     /// Its session, to queue frames on it (e.g. a CLOSE) or take what it has to send.
-    pub fn session_mut(&mut self) -> &mut Session<CAP> {
+    #[cfg(test)]
+    pub(crate) fn session_mut(&mut self) -> &mut Session<CAP> {
         &mut self.session
     }
     /// Its session and the adapter's state together (to send what the session queued).
-    pub fn parts(&mut self) -> (&mut Session<CAP>, &mut X) {
+    pub(crate) fn parts(&mut self) -> (&mut Session<CAP>, &mut X) {
         (&mut self.session, &mut self.io)
     }
     /// Its state.

@@ -5,8 +5,8 @@
 //! cancelled because its peer went down (D3), a released library's receives cancelled.
 //!
 //! The node keeps only what is its transport's: how a request is started, looked at, cancelled
-//! and given up (UCX parks a request it cannot free; the mock forgets it), and what a counted
-//! forgery adds to its statistics.
+//! and given up (UCX parks a request it cannot free with its buffer; the mock cancels a
+//! receive and forgets a send), and what a counted forgery adds to its statistics.
 
 use super::ops::{Next, Op, Outcome, Request};
 use super::sends::{Dest, Resolved, Waiting};
@@ -27,7 +27,9 @@ pub enum Posted<R> {
 /// A finished receive request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Finished<E> {
-    /// The tag of the message it took, if the transport says.
+    /// The tag of the message it matched — set only when one was matched (also for a message
+    /// too long for the receive, which the transport fails): the executor checks it for a
+    /// stranger's pair value.
     pub tag: Option<u64>,
     /// The data, or why it failed.
     pub data: Result<Vec<u8>, E>,
@@ -95,9 +97,8 @@ where
     where
         T: Transport<X, E, Send = S, Recv = R>,
     {
-        let id = (self.ops).start(Next::Wait(Op::WaitingRoute(w)));
-        self.advance(t, id, now_ms);
-        id
+        let next = self.try_send(t, w, now_ms);
+        self.ops.start(next)
     }
 
     /// Posts a receive for `payload` in `lib`'s namespace, of at most `max_len` bytes: from
@@ -122,10 +123,12 @@ where
                 return self.ops.start(down);
             }
         }
-        let op = self.post(t, lib, from, payload, max_len);
-        let id = self.ops.start(op);
-        self.advance(t, id, now_ms);
-        id
+        // Looked at once before it goes in the table: a message already waiting is taken now.
+        let next = match self.post(t, lib, from, payload, max_len) {
+            Next::Wait(op) => self.step(t, op, now_ms),
+            done => done,
+        };
+        self.ops.start(next)
     }
 
     /// A receive posted (or finished, if it took a held message or could not be posted).
@@ -153,7 +156,8 @@ where
         }
     }
 
-    /// Moves every operation that is due at `now_ms` along ([`due_ops`](Self::due_ops), D6).
+    /// Moves every operation that is due at `now_ms` along ([`due_ops`](Self::due_ops), D6);
+    /// one time for the whole batch (a deadline that passes meanwhile counts at the next call).
     pub fn advance_due<T>(&mut self, t: &mut T, now_ms: u64)
     where
         T: Transport<X, E, Send = S, Recv = R>,
@@ -184,7 +188,16 @@ where
         let Some(op) = self.ops.remove(id) else {
             return;
         };
-        let next = match op {
+        let next = self.step(t, op, now_ms);
+        self.ops.put(id, next);
+    }
+
+    /// What running operation `op` becomes at `now_ms`.
+    fn step<T>(&mut self, t: &mut T, op: Op<S, R, K>, now_ms: u64) -> Next<Op<S, R, K>, E>
+    where
+        T: Transport<X, E, Send = S, Recv = R>,
+    {
+        match op {
             Op::WaitingRoute(w) => self.try_send(t, w, now_ms),
             Op::Sending { lib, mut req, conn } => match t.test_send(&mut req) {
                 None => Next::Wait(Op::Sending { lib, req, conn }),
@@ -220,8 +233,7 @@ where
                     self.finished(lib, r, false)
                 }
             },
-        };
-        self.ops.put(id, next);
+        }
     }
 
     /// A waiting send handed to the transport if the engine says it can go (the data moves
@@ -347,8 +359,9 @@ where
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::engine::{Liveness, PeerLimits, Target};
-    use crate::{Registry, TagLayout};
+    use crate::engine::{Action, ConnId, Liveness, Out, PeerLimits, Target};
+    use crate::wire::{self, Role};
+    use crate::{Identity, Registry, TagLayout};
     use alloc::boxed::Box;
     use alloc::collections::BTreeMap;
 
@@ -375,6 +388,8 @@ mod tests {
         cancel_at_once: bool,
         abandoned: Vec<u64>,
         forged: Vec<u64>,
+        /// A message the node holds: the next receive takes it at once.
+        held: Option<Vec<u8>>,
     }
 
     impl Toy {
@@ -403,6 +418,9 @@ mod tests {
             *self.sends.get(&req.0)?
         }
         fn post(&mut self, m: &Matcher, _max_len: usize) -> Result<Posted<Req>, NodeError<u8>> {
+            if let Some(data) = self.held.take() {
+                return Ok(Posted::Took(data));
+            }
             let k = self.req();
             self.recvs.insert(k, (m.tag(), None));
             Ok(Posted::Waiting(Req(k)))
@@ -452,6 +470,130 @@ mod tests {
         );
         let lib = e.register("lib").unwrap();
         (e, lib)
+    }
+
+    /// Two engines with library "lib" each, connected and proven to each other: `a`, its
+    /// library and connection, `b`, its connection, and `b`'s token.
+    fn connected() -> (E, LibId, ConnId, E, ConnId, u64) {
+        let ((mut a, lib), (mut b, _)) = (engine(), engine());
+        let (ia, ib) = (Identity::from_seed(&[1; 32]), Identity::from_seed(&[2; 32]));
+        let i = a.add_conn(1, Role::Initiator, &ia, 0, ());
+        let j = b.add_conn(1, Role::Acceptor, &ib, 0, ());
+        for _ in 0..8 {
+            deliver(&mut a, i, &mut b, j);
+            deliver(&mut b, j, &mut a, i);
+        }
+        for e in [&mut a, &mut b] {
+            while e.poll_action().is_some() {}
+        }
+        assert_eq!(a.conns().peers(), [ib.token()], "proven");
+        (a, lib, i, b, j, ib.token())
+    }
+
+    /// Hands `from`'s queued control frames on `x` to `to`'s connection `y`.
+    fn deliver(from: &mut E, x: ConnId, to: &mut E, y: ConnId) {
+        let mut buf = alloc::vec![0; wire::MAX_FRAME_LEN];
+        let mut frames = Vec::new();
+        if let Some(mut out) = from.outbox(x) {
+            while let Some(next) = out.next(&mut buf) {
+                if let Out::Frame(n) = next {
+                    frames.push(buf[..n].to_vec());
+                }
+            }
+        }
+        for f in frames {
+            to.handle_control(y, &f, 0);
+        }
+    }
+
+    /// Carries out the operations' actions the engine queued; the actions.
+    fn carry(e: &mut E, t: &mut Toy) -> Vec<Action<u8>> {
+        let all: Vec<Action<u8>> = core::iter::from_fn(|| e.poll_action()).collect();
+        for a in &all {
+            match *a {
+                Action::End { op, peer, cause } => e.end_op(t, op, peer, cause),
+                Action::Cancel { op, peer } => e.cancel_op(t, op, peer),
+                _ => {}
+            }
+        }
+        all
+    }
+
+    /// The transport finishes send request `k` with `r`, and says so.
+    fn finish_send(e: &mut E, t: &mut Toy, k: u64, r: Result<(), u8>) {
+        t.sends.insert(k, Some(r));
+        e.ops_mut().completed(k);
+        e.advance_due(t, 0);
+    }
+
+    #[test]
+    fn a_routed_send_goes_to_the_transport_and_ends_with_its_result_or_peer_down() {
+        let (mut a, lib, i, _b, _j, tb) = connected();
+        let mut t = Toy::default();
+        let send = |a: &mut E, t: &mut Toy| {
+            let w = Waiting::new(lib, tb, Target::Data(1), alloc::vec![1], 0, 100);
+            (a.send(t, w, 0), t.next)
+        };
+        let (ok, ok_req) = send(&mut a, &mut t);
+        let (stuck, stuck_req) = send(&mut a, &mut t);
+        assert_eq!(t.sends.len(), 2, "both handed to the transport at once");
+        finish_send(&mut a, &mut t, ok_req, Ok(()));
+        assert_eq!(a.take(&mut t, ok, 0), Some(Ok(None)));
+        assert_eq!(a.libs().counters(lib).sent, 1);
+        // The connection fails: the send in flight on it ends, its request given up (D3).
+        a.handle_failed(i, 42);
+        let acts = carry(&mut a, &mut t);
+        assert!(acts.contains(&Action::End {
+            op: stuck,
+            peer: tb,
+            cause: Some(42)
+        }));
+        let down = NodeError::PeerDown {
+            peer: tb,
+            cause: Some(42),
+        };
+        assert_eq!(a.take(&mut t, stuck, 0), Some(Err(down.clone())));
+        assert_eq!(t.abandoned, [stuck_req]);
+        // A receive tied to the failed peer fails at once, without reaching the transport.
+        let posted = t.recvs.len();
+        let r = a.recv(&mut t, lib, Some(tb), 3, 8, 0);
+        assert_eq!(a.take(&mut t, r, 0), Some(Err(down)));
+        assert_eq!(t.recvs.len(), posted);
+        assert_eq!(a.libs().counters(lib).failed, 2);
+    }
+
+    #[test]
+    fn a_receive_tied_to_a_peer_that_closed_ends_with_peer_down_when_its_cancel_comes_back() {
+        let (mut a, lib, i, mut b, j, tb) = connected();
+        let mut t = Toy::default(); // cancels come back later, as UCX's
+        let r = a.recv(&mut t, lib, Some(tb), 3, 8, 0);
+        b.close(j, Some(wire::CloseReason::Normal));
+        deliver(&mut b, j, &mut a, i);
+        let acts = carry(&mut a, &mut t);
+        assert!(
+            acts.contains(&Action::Cancel { op: r, peer: tb }),
+            "{acts:?}"
+        );
+        assert!(!a.ops().is_done(r), "not until the transport reports it");
+        a.advance(&mut t, r, 0);
+        let down = NodeError::PeerDown {
+            peer: tb,
+            cause: None,
+        };
+        assert_eq!(a.take(&mut t, r, 0), Some(Err(down)));
+    }
+
+    #[test]
+    fn a_receive_takes_a_held_message_at_once() {
+        let (mut e, lib) = engine();
+        let mut t = Toy {
+            held: Some(alloc::vec![5, 6]),
+            ..Toy::default()
+        };
+        let r = e.recv(&mut t, lib, None, 1, 8, 0);
+        assert!(t.recvs.is_empty(), "nothing posted");
+        assert_eq!(e.take(&mut t, r, 0), Some(Ok(Some(alloc::vec![5, 6]))));
+        assert_eq!(e.libs().counters(lib).received, 1);
     }
 
     #[test]
@@ -546,8 +688,9 @@ mod tests {
             let own_req = t.next;
             t.cancel(&mut Req(own_req));
             e.advance(&mut t, own, 0);
-            // The peer closed in order: gone at once, `PeerDown` without a cause; reported
-            // later, UCX's cancel (named when it comes back, as the next one shows).
+            // The engine cancels it (its peer closed in order): gone at once, `PeerDown`
+            // without a cause; reported later (UCX), named when it comes back — here after
+            // the release, which decides.
             let closed = e.recv(&mut t, lib, None, 1, 8, 0);
             e.cancel_op(&mut t, closed, 7);
             // Released: every receive of the library ends with NoSuchLibrary — one whose

@@ -58,12 +58,14 @@
 
 /// One node's protocol state (feature `alloc`): everything the engine decides with, in one
 /// sans-IO value the adapter owns next to its transport. The tables are private: the adapter
-/// reads them through getters, changes its own transport state through [`conn_mut`]
-/// (a connection's `io`) and its operations through [`ops_mut`], and reports everything else
+/// reads them through getters, changes its own transport state through [`io_mut`]
+/// (a connection's `io`), sends what a connection queued through [`outbox`], and changes its
+/// operations through [`ops_mut`], and reports everything else
 /// as an input (the `handle_*` methods, [`register`](Self::register), [`release`],
 /// [`close`](Self::close), …), after which it carries out what [`poll_action`] asks.
 ///
-/// [`conn_mut`]: Self::conn_mut
+/// [`io_mut`]: Self::io_mut
+/// [`outbox`]: Self::outbox
 /// [`ops_mut`]: Self::ops_mut
 /// [`release`]: Self::release
 /// [`poll_action`]: Self::poll_action
@@ -125,10 +127,10 @@ impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, 
         &self.conns
     }
 
-    /// Connection `id`, to change its transport state (`io`) or send what its session queued;
-    /// `None` once it is forgotten.
-    pub fn conn_mut(&mut self, id: ConnId) -> Option<&mut Connection<K, X, E, CAP>> {
-        self.conns.get_mut(id)
+    /// Connection `id`'s transport state, the adapter's to change; `None` once it is
+    /// forgotten. (What its session queued goes out through [`outbox`](Self::outbox).)
+    pub fn io_mut(&mut self, id: ConnId) -> Option<&mut X> {
+        Some(&mut self.conns.get_mut(id)?.io)
     }
 
     /// Every connection's transport state.
@@ -379,7 +381,7 @@ pub use types::{Counters, LibId, NodeError, OpId, PeerEvent};
 #[cfg(feature = "alloc")]
 mod actions;
 #[cfg(feature = "alloc")]
-pub use actions::{Action, CloseHow, Stage, Why, PROGRESS};
+pub use actions::{Action, CloseHow, Out, Outbox, Stage, Why, PROGRESS};
 #[cfg(feature = "alloc")]
 mod backlog;
 #[cfg(feature = "alloc")]
