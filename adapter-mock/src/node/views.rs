@@ -3,7 +3,7 @@
 //! namespaces' view of it.
 
 use super::Io;
-use crate::fabric::{Fabric, FabricError, RecvId, SendId, WorkerId};
+use crate::fabric::{EpId, Fabric, FabricError, RecvId, SendId, WorkerId};
 use tagspace_core::engine::{self, Dest, Finished, Posted, StrayQueue};
 use tagspace_core::{Matcher, TagLayout};
 
@@ -18,7 +18,7 @@ pub(super) struct FabricOps<'f> {
     pub(super) forged: &'f mut u64,
 }
 
-impl engine::Transport<Io, FabricError> for FabricOps<'_> {
+impl engine::Transport<EpId, Io, FabricError> for FabricOps<'_> {
     type Send = SendId;
     type Recv = RecvId;
 
@@ -77,7 +77,7 @@ impl engine::Transport<Io, FabricError> for FabricOps<'_> {
         self.fab.recv_cancel(self.worker, *req)
     }
 
-    fn abandon_send(&mut self, _req: SendId) {}
+    fn abandon_send(&mut self, _conn: EpId, _req: SendId) {}
 
     fn abandon_recv(&mut self, req: RecvId) {
         self.fab.recv_cancel(self.worker, req);

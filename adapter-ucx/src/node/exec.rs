@@ -250,8 +250,12 @@ impl Node {
         self.carry_out();
     }
 
-    /// Closes retired endpoints whose requests have all finished.
+    /// Closes retired endpoints whose requests have all finished — or at once, forced, one
+    /// with a send given up on it unfinished (D3): a flush close would leave that send on the
+    /// endpoint when UCX destroys it, which UCX ≥ 1.13 does not survive (see `abandoned`); a
+    /// forced close ends it (cancelled) first.
     pub(super) fn close_retired(&mut self) {
+        self.abandoned.retain_mut(|(_, r)| r.test().is_none());
         if self.closing.is_empty() {
             return;
         }
@@ -268,9 +272,15 @@ impl Node {
         while i < self.closing.len() {
             let c = &mut self.closing[i];
             c.waits.retain_mut(|r| r.test().is_none());
-            if c.waits.is_empty() && !busy.contains(&c.key) {
+            let stuck = self.abandoned.iter().any(|(k, _)| *k == c.key);
+            if stuck || (c.waits.is_empty() && !busy.contains(&c.key)) {
                 let c = self.closing.swap_remove(i);
-                if let Some(r) = c.ep.close(false) {
+                if stuck {
+                    self.stats.stuck_closes += 1;
+                }
+                // Unfinished control sends (a CLOSE to a peer that stopped) park on the worker.
+                drop(c.waits);
+                if let Some(r) = c.ep.close(stuck) {
                     self.background.push(r);
                 }
             } else {

@@ -227,6 +227,12 @@ pub struct Node {
     completed: Vec<usize>,
     /// Closes and drains UCX has not finished with yet.
     background: Vec<Request>,
+    /// Sends given up (D3: their peer went down) that UCX has not finished, with their
+    /// endpoint's key: such an endpoint is force-closed, never closed in order — UCX ≥ 1.13
+    /// destroys a flush-closed endpoint with a rendezvous send still on it (in a build with
+    /// assertions, `ucp_ep.c: Assertion ucs_hlist_is_empty(...proto_reqs)` aborts the
+    /// process; 1.12 purged such sends on every close, and a forced close purges them still).
+    abandoned: Vec<(EpKey, Request)>,
     /// Endpoints waiting for their requests to finish before they are closed.
     closing: Vec<Closing>,
     buf: Vec<u8>,
@@ -372,6 +378,7 @@ impl Node {
             clock: cfg.clock,
             completed: Vec::new(),
             background: Vec::new(),
+            abandoned: Vec::new(),
             closing: Vec::new(),
             buf: vec![0; MAX_FRAME_LEN],
             ack_recv: None,

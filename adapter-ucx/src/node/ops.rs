@@ -205,6 +205,7 @@ impl Node {
             backlog: &mut self.backlog,
             stats: &mut self.stats,
             by_id: &mut self.stray_by_id,
+            abandoned: &mut self.abandoned,
         };
         f(&mut self.engine, &mut t)
     }
@@ -464,9 +465,11 @@ pub(super) struct UcxOps<'a> {
     pub(super) backlog: &'a mut engine::Backlog<Message>,
     pub(super) stats: &'a mut NodeStats,
     pub(super) by_id: &'a mut [u64],
+    /// Sends given up (D3) before UCX finished them, by endpoint.
+    pub(super) abandoned: &'a mut Vec<(EpKey, Request)>,
 }
 
-impl engine::Transport<Io, UcxError> for UcxOps<'_> {
+impl engine::Transport<EpKey, Io, UcxError> for UcxOps<'_> {
     type Send = Request;
     type Recv = Request;
 
@@ -525,9 +528,11 @@ impl engine::Transport<Io, UcxError> for UcxOps<'_> {
         false // UCX finishes it (cancelled, or with its data if it had matched)
     }
 
-    fn abandon_send(&mut self, req: Request) {
+    fn abandon_send(&mut self, conn: EpKey, req: Request) {
         self.stats.failed_by_peer_down += 1;
-        drop(req); // parked with its buffer on the worker until UCX lets it go
+        // Kept until UCX finishes it: its endpoint is force-closed, never flushed, meanwhile
+        // (`Node::close_retired`).
+        self.abandoned.push((conn, req));
     }
 
     fn abandon_recv(&mut self, req: Request) {

@@ -37,6 +37,9 @@ pub struct NodeStats {
     /// Operations failed by tagspace because their peer failed, while UCX still held their
     /// requests (D3): their buffers are kept until UCX lets the requests go.
     pub failed_by_peer_down: u64,
+    /// Endpoints being closed in order that were force-closed instead, because a send given up
+    /// on them (one of `failed_by_peer_down`) was still unfinished (see `Node`'s forced close).
+    pub stuck_closes: u64,
     /// Connections closed for a control-plane error from the peer (the last
     /// [`PROTOCOL_ERRORS_KEPT`](crate::node::PROTOCOL_ERRORS_KEPT) are in
     /// [`Node::protocol_errors`](crate::node::Node::protocol_errors)).

@@ -35,10 +35,10 @@ pub struct Finished<E> {
     pub data: Result<Vec<u8>, E>,
 }
 
-/// What the executor asks of a node's transport, for connections whose transport state is `X`
-/// and whose transport's error is `E`. Every method is one transport call: the decisions around
+/// What the executor asks of a node's transport, for connections keyed `K` whose transport
+/// state is `X` and whose transport's error is `E`. Every method is one transport call: the decisions around
 /// it are the engine's.
-pub trait Transport<X, E> {
+pub trait Transport<K, X, E> {
     /// A send request.
     type Send: Request;
     /// A receive request.
@@ -73,8 +73,9 @@ pub trait Transport<X, E> {
     /// data, if it had already matched.
     fn cancel(&mut self, req: &mut Self::Recv) -> bool;
 
-    /// Gives up a send request that may never finish (its peer went down, D3).
-    fn abandon_send(&mut self, req: Self::Send);
+    /// Gives up a send request on connection `conn` that may never finish (its peer went down,
+    /// D3). (UCX: that endpoint must not be closed in order while the request is unfinished.)
+    fn abandon_send(&mut self, conn: K, req: Self::Send);
 
     /// Gives up a receive request that may never finish (its peer went down, D3).
     fn abandon_recv(&mut self, req: Self::Recv);
@@ -95,7 +96,7 @@ where
     /// (P2), else it waits for one until its deadline.
     pub fn send<T>(&mut self, t: &mut T, w: Waiting, now_ms: u64) -> OpId
     where
-        T: Transport<X, E, Send = S, Recv = R>,
+        T: Transport<K, X, E, Send = S, Recv = R>,
     {
         let next = self.try_send(t, w, now_ms);
         self.ops.start(next)
@@ -115,7 +116,7 @@ where
         now_ms: u64,
     ) -> OpId
     where
-        T: Transport<X, E, Send = S, Recv = R>,
+        T: Transport<K, X, E, Send = S, Recv = R>,
     {
         if let Some(peer) = from {
             if let Some(cause @ Some(_)) = self.conns.failed_peer(peer) {
@@ -141,7 +142,7 @@ where
         max_len: usize,
     ) -> Next<Op<S, R, K>, E>
     where
-        T: Transport<X, E, Send = S, Recv = R>,
+        T: Transport<K, X, E, Send = S, Recv = R>,
     {
         let posted = (self.recv_matcher(lib, from, payload)).and_then(|m| t.post(&m, max_len));
         match posted {
@@ -160,7 +161,7 @@ where
     /// one time for the whole batch (a deadline that passes meanwhile counts at the next call).
     pub fn advance_due<T>(&mut self, t: &mut T, now_ms: u64)
     where
-        T: Transport<X, E, Send = S, Recv = R>,
+        T: Transport<K, X, E, Send = S, Recv = R>,
     {
         for id in self.due_ops(now_ms) {
             self.advance(t, id, now_ms);
@@ -171,7 +172,7 @@ where
     /// taking it forgets the operation.
     pub fn take<T>(&mut self, t: &mut T, id: OpId, now_ms: u64) -> Option<Outcome<E>>
     where
-        T: Transport<X, E, Send = S, Recv = R>,
+        T: Transport<K, X, E, Send = S, Recv = R>,
     {
         if !self.ops.is_done(id) {
             self.advance(t, id, now_ms);
@@ -183,7 +184,7 @@ where
     /// request is looked at.
     pub fn advance<T>(&mut self, t: &mut T, id: OpId, now_ms: u64)
     where
-        T: Transport<X, E, Send = S, Recv = R>,
+        T: Transport<K, X, E, Send = S, Recv = R>,
     {
         let Some(op) = self.ops.remove(id) else {
             return;
@@ -195,7 +196,7 @@ where
     /// What running operation `op` becomes at `now_ms`.
     fn step<T>(&mut self, t: &mut T, op: Op<S, R, K>, now_ms: u64) -> Next<Op<S, R, K>, E>
     where
-        T: Transport<X, E, Send = S, Recv = R>,
+        T: Transport<K, X, E, Send = S, Recv = R>,
     {
         match op {
             Op::WaitingRoute(w) => self.try_send(t, w, now_ms),
@@ -240,7 +241,7 @@ where
     /// into the request), or still waiting, or failed at its deadline (P2).
     fn try_send<T>(&mut self, t: &mut T, mut w: Waiting, now_ms: u64) -> Next<Op<S, R, K>, E>
     where
-        T: Transport<X, E, Send = S, Recv = R>,
+        T: Transport<K, X, E, Send = S, Recv = R>,
     {
         let (lib, peer) = (w.lib, w.peer);
         let sent = self.resolve(&w).and_then(|resolved| match resolved {
@@ -280,15 +281,15 @@ where
     /// its request given up (UCX may never finish one matched to a dead peer's rendezvous).
     pub fn end_op<T>(&mut self, t: &mut T, id: OpId, peer: u64, cause: Option<E>)
     where
-        T: Transport<X, E, Send = S, Recv = R>,
+        T: Transport<K, X, E, Send = S, Recv = R>,
     {
         let down = NodeError::PeerDown { peer, cause };
         let (lib, r, sent) = match self.ops.remove(id) {
-            Some(Op::Sending { lib, mut req, .. }) => match t.test_send(&mut req) {
+            Some(Op::Sending { lib, mut req, conn }) => match t.test_send(&mut req) {
                 Some(Ok(())) => (lib, Ok(None), true),
                 Some(Err(_)) => (lib, Err(down), true),
                 None => {
-                    t.abandon_send(req);
+                    t.abandon_send(conn, req);
                     (lib, Err(down), true)
                 }
             },
@@ -315,7 +316,7 @@ where
     /// data); one gone at once ends with `PeerDown` (no cause).
     pub fn cancel_op<T>(&mut self, t: &mut T, id: OpId, peer: u64)
     where
-        T: Transport<X, E, Send = S, Recv = R>,
+        T: Transport<K, X, E, Send = S, Recv = R>,
     {
         self.cancel_with(t, id, NodeError::PeerDown { peer, cause: None });
     }
@@ -324,7 +325,7 @@ where
     /// next name to get the id) are cancelled; they end with `NoSuchLibrary`.
     pub fn cancel_receives<T>(&mut self, t: &mut T, lib: LibId)
     where
-        T: Transport<X, E, Send = S, Recv = R>,
+        T: Transport<K, X, E, Send = S, Recv = R>,
     {
         let mine = |op: &Op<S, R, K>| matches!(op, Op::Receiving { lib: of, .. } if *of == lib);
         for id in self.ops.matching(mine) {
@@ -334,7 +335,7 @@ where
 
     fn cancel_with<T>(&mut self, t: &mut T, id: OpId, e: NodeError<E>)
     where
-        T: Transport<X, E, Send = S, Recv = R>,
+        T: Transport<K, X, E, Send = S, Recv = R>,
     {
         let Some(mut op) = self.ops.remove(id) else {
             return;
@@ -399,7 +400,7 @@ mod tests {
         }
     }
 
-    impl Transport<(), u8> for Toy {
+    impl Transport<u32, (), u8> for Toy {
         type Send = Req;
         type Recv = Req;
         fn send(
@@ -439,7 +440,7 @@ mod tests {
             }
             self.cancel_at_once
         }
-        fn abandon_send(&mut self, req: Req) {
+        fn abandon_send(&mut self, _conn: u32, req: Req) {
             self.abandoned.push(req.0);
         }
         fn abandon_recv(&mut self, req: Req) {
