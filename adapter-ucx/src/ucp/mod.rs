@@ -361,11 +361,28 @@ impl WorkerInner {
     }
 }
 
+/// Idle `ucp_worker_progress` calls after which a worker being destroyed is taken to have
+/// finished what it could (see `WorkerInner`'s `Drop`).
+const WORKER_DRAIN_IDLE_CALLS: u32 = 16;
+/// The longest a worker being destroyed is progressed first.
+const WORKER_DRAIN_MAX: std::time::Duration = std::time::Duration::from_millis(50);
+
 impl Drop for WorkerInner {
     fn drop(&mut self) {
         if !self.owned {
             self.hand_back();
             return;
+        }
+        // First UCX finishes what it can: an endpoint force-closed just before (a failed peer's,
+        // at shutdown) leaves a lane discard in progress, and UCX 1.22 destroying the worker
+        // then frees that discard's progress callback twice (glibc aborts: "double free").
+        // Bounded: a worker with nothing left stops after a few idle calls.
+        let start = std::time::Instant::now();
+        let mut idle = 0;
+        while idle < WORKER_DRAIN_IDLE_CALLS && start.elapsed() < WORKER_DRAIN_MAX {
+            // SAFETY: the worker is live until destroyed below; its callbacks' state is ours.
+            let events = unsafe { sys::ucp_worker_progress(self.raw) };
+            idle = if events == 0 { idle + 1 } else { 0 };
         }
         // Orphaned requests still in flight are released (UCX frees them when they finish or
         // when the worker goes); their buffers are dropped only after the worker is destroyed.
