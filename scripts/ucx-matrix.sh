@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs the demo and the multi-process tests against each supported UCX and says which version
-# each run loaded: 1.12.1 (ucx1-sys's build), the system's (Debian 12: 1.13.1), and a current
-# release with the upstream fixes (PyPI's libucx-cu12 wheel, 1.22.0).
+# Runs the demo, the multi-process tests, the conformance suite and the other UCX-facing tests
+# against each supported UCX and says which version each run loaded: 1.12.1 (ucx1-sys's
+# build), the system's (Debian 12: 1.13.1), and a current release with the upstream fixes
+# (PyPI's libucx-cu12 wheel, 1.22.0).
 #   scripts/ucx-matrix.sh [bundled|system|wheel ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -67,7 +68,7 @@ for v in "${versions[@]}"; do
   skip=()
   [ "$v" != wheel ] || skip=(--exact --skip shm::a_peer_flooding_control_frames_is_cut_off_alone)
   echo "-- conformance suite (TCP and shared memory) with UCX $loaded"
-  with_ucx "$conformance_bin" "${skip[@]}" 2>&1 | grep -E "^test result|FAILED|panicked|Assertion"
+  with_ucx "$conformance_bin" ${skip[@]+"${skip[@]}"} 2>&1 | grep -E "^test result|FAILED|panicked|Assertion"
   [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "conformance suite failed with UCX $loaded"; exit 1; }
   if [ "$v" = system ]; then
     # The hostile C peer runs on the system's UCX: node and attacker share 1.13.1 here (on

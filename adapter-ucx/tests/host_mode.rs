@@ -211,9 +211,26 @@ fn host_side_by_side(ucx: Config, b_progress: HostProgress) {
         assert_eq!(c.received as usize, tags.len() / 3, "{}", LIBS[i]);
     }
 
+    // A rendezvous send `a` never receives is in flight on the endpoint when it is detached:
+    // it ends with PeerDown, and UCX still has it — the host must force-close the endpoint
+    // (UCX >= 1.13 aborts destroying a flush-closed one with it; RawHost::close forces).
+    let stuck = b.send(lb[0], ta, 424_242, vec![7u8; 64 * 1024], 1000);
+    for _ in 0..50 {
+        progress_all(&hosts, &mut [&mut a, &mut b]);
+    }
+    assert!(
+        !b.is_done(stuck),
+        "a rendezvous send finished without its receiver"
+    );
+    assert!(!b.sends_given_up_on(b_ep));
     // Detach: the peer hears an orderly close; tagspace no longer uses the endpoint.
     b.detach(b_ep).unwrap();
     assert!(matches!(b.detach(b_ep), Err(NodeError::Usage(_))));
+    assert!(matches!(
+        b.take(stuck),
+        Some(Err(NodeError::PeerDown { peer, .. })) if peer == ta
+    ));
+    assert!(b.sends_given_up_on(b_ep), "UCX still has the given-up send");
     until(
         &hosts,
         &mut [&mut a, &mut b],

@@ -56,8 +56,18 @@ impl Node {
         self.engine.handle_retired_failed(c.key, c.peer, e);
         self.carry_out();
         drop(c.waits);
-        // Dropping the close request leaves it to UCX (it frees it when done).
-        drop(c.ep.close(true));
+        self.force_close(c.key, c.ep);
+    }
+
+    /// Closes endpoint `ep` (key `key`) at once: what is in flight on it is purged by UCX, so
+    /// the sends given up on it are UCX's to finish, parked on the worker (see `abandoned`).
+    /// Dropping the close request leaves it to UCX (it frees it when done). A host's endpoint
+    /// is the host's to close.
+    pub(super) fn force_close(&mut self, key: EpKey, ep: Endpoint) {
+        if !ep.is_borrowed() {
+            self.abandoned.retain(|(k, _)| *k != key);
+        }
+        drop(ep.close(true));
     }
 
     /// Carries out everything the engine asked for, in its order.
@@ -133,8 +143,7 @@ impl Node {
                 }
                 io.early.clear();
                 drop(waits);
-                // Dropping the close request leaves it to UCX (it frees it when done).
-                drop(ep.close(true));
+                self.force_close(key, ep);
             }
         }
     }
@@ -253,7 +262,9 @@ impl Node {
     /// Closes retired endpoints whose requests have all finished — or at once, forced, one
     /// with a send given up on it unfinished (D3): a flush close would leave that send on the
     /// endpoint when UCX destroys it, which UCX ≥ 1.13 does not survive (see `abandoned`); a
-    /// forced close ends it (cancelled) first.
+    /// forced close ends it (cancelled) first. Its control frames still in flight (this side's
+    /// CLOSE to a peer that stopped answering) are cancelled with it: a peer that comes back
+    /// sees its endpoint fail instead.
     pub(super) fn close_retired(&mut self) {
         self.abandoned.retain_mut(|(_, r)| r.test().is_none());
         if self.closing.is_empty() {
@@ -272,15 +283,15 @@ impl Node {
         while i < self.closing.len() {
             let c = &mut self.closing[i];
             c.waits.retain_mut(|r| r.test().is_none());
-            let stuck = self.abandoned.iter().any(|(k, _)| *k == c.key);
-            if stuck || (c.waits.is_empty() && !busy.contains(&c.key)) {
+            let stuck = !c.ep.is_borrowed() && self.abandoned.iter().any(|(k, _)| *k == c.key);
+            if stuck {
                 let c = self.closing.swap_remove(i);
-                if stuck {
-                    self.stats.stuck_closes += 1;
-                }
-                // Unfinished control sends (a CLOSE to a peer that stopped) park on the worker.
+                self.stats.stuck_closes += 1;
                 drop(c.waits);
-                if let Some(r) = c.ep.close(stuck) {
+                self.force_close(c.key, c.ep);
+            } else if c.waits.is_empty() && !busy.contains(&c.key) {
+                let c = self.closing.swap_remove(i);
+                if let Some(r) = c.ep.close(false) {
                     self.background.push(r);
                 }
             } else {

@@ -39,6 +39,8 @@ impl Node {
             let c = self.closing.swap_remove(j);
             drop(c.waits);
         }
+        // The old endpoint's given-up sends: UCX's to finish, parked on the worker.
+        self.abandoned.retain(|(k, _)| *k != key);
         self.attached.insert(key);
         self.failed_eps.retain(|k| *k != key); // a reused address: a new endpoint
                                                // SAFETY: the caller's promise.
@@ -66,13 +68,32 @@ impl Node {
 
     /// Host mode: stops using the host's endpoint `ep`. The peer is told (an orderly CLOSE,
     /// sent on `ep` before this returns: close the endpoint in order, not forced, for the peer
-    /// to see it), libraries hear [`PeerEvent::Down`] if it was the peer's last connection, and
+    /// to see it — unless [`sends_given_up_on`](Self::sends_given_up_on) says a send on it is
+    /// still unfinished: then force-close it), libraries hear [`PeerEvent::Down`] if it was the peer's last connection, and
     /// sends still in flight on it end with [`NodeError::PeerDown`] (their buffers stay parked
     /// until UCX ends them). tagspace makes no UCX call on `ep` after this returns. Detach
     /// every attached endpoint before closing it, also after the peer closed the connection
     /// ([`PeerEvent::Down`]); one reported with [`peer_failed`](Self::peer_failed) is
     /// detached already.
     pub fn detach(&mut self, ep: sys::ucp_ep_h) -> Result<(), NodeError> {
+        let r = self.detach_inner(ep);
+        // What UCX finished meanwhile is let go, so that the answer below is current.
+        self.abandoned.retain_mut(|(_, r)| r.test().is_none());
+        r
+    }
+
+    /// Host mode: whether a send tagspace gave up on the host's endpoint `ep` (it ended with
+    /// `PeerDown`: the peer went down, or `ep` was detached with it in flight) is still
+    /// unfinished in UCX. If so, close `ep` with `UCP_EP_CLOSE_FLAG_FORCE`, not in order: UCX
+    /// 1.13 and later destroy a flush-closed endpoint without purging such a send, and a UCX
+    /// built with assertions (Debian 12's 1.13.1) aborts the process; a forced close cancels
+    /// it first.
+    pub fn sends_given_up_on(&self, ep: sys::ucp_ep_h) -> bool {
+        let key = EpKey::of(ep);
+        self.abandoned.iter().any(|(k, _)| *k == key)
+    }
+
+    fn detach_inner(&mut self, ep: sys::ucp_ep_h) -> Result<(), NodeError> {
         let key = EpKey::of(ep);
         if !self.attached.remove(&key) {
             if let Some(j) = self.failed_eps.iter().position(|k| *k == key) {

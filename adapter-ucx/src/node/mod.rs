@@ -227,8 +227,9 @@ pub struct Node {
     completed: Vec<usize>,
     /// Closes and drains UCX has not finished with yet.
     background: Vec<Request>,
-    /// Sends given up (D3: their peer went down) that UCX has not finished, with their
-    /// endpoint's key: such an endpoint is force-closed, never closed in order — UCX ≥ 1.13
+    /// Sends given up (D3: their peer went down; or forgotten by their library) that UCX has
+    /// not finished, with their endpoint's key: such an endpoint is force-closed, never closed
+    /// in order — UCX ≥ 1.13
     /// destroys a flush-closed endpoint with a rendezvous send still on it (in a build with
     /// assertions, `ucp_ep.c: Assertion ucs_hlist_is_empty(...proto_reqs)` aborts the
     /// process; 1.12 purged such sends on every close, and a forced close purges them still).
@@ -539,9 +540,12 @@ impl Node {
     }
 
     /// Forgets operation `op`, finished or not: a receive still waiting is cancelled, and a
-    /// request UCX has not finished is parked with its buffer until UCX is done with it.
+    /// request UCX has not finished is parked with its buffer until UCX is done with it (a
+    /// send's endpoint is then force-closed when it closes, see `abandoned`).
     pub fn forget(&mut self, op: OpId) {
-        self.engine.ops_mut().forget(op);
+        if let Some(Op::Sending { conn, req, .. }) = self.engine.ops_mut().forget(op) {
+            self.abandoned.push((conn, req));
+        }
     }
 
     /// Handles everything pending: UCX progress, accepted connections, endpoint errors,

@@ -38,7 +38,8 @@ pub struct NodeStats {
     /// requests (D3): their buffers are kept until UCX lets the requests go.
     pub failed_by_peer_down: u64,
     /// Endpoints being closed in order that were force-closed instead, because a send given up
-    /// on them (one of `failed_by_peer_down`) was still unfinished (see `Node`'s forced close).
+    /// on them (one of `failed_by_peer_down`, or forgotten) was still unfinished. (A host's
+    /// endpoint is the host's to close: see `Node::sends_given_up_on`.)
     pub stuck_closes: u64,
     /// Connections closed for a control-plane error from the peer (the last
     /// [`PROTOCOL_ERRORS_KEPT`](crate::node::PROTOCOL_ERRORS_KEPT) are in
