@@ -409,6 +409,12 @@ impl SharedNode {
         self.write().node.detach(ep)
     }
 
+    /// Whether a send tagspace gave up on the host's endpoint `ep` is still unfinished in UCX:
+    /// then force-close `ep` ([`Node::sends_given_up_on`](crate::node::Node::sends_given_up_on)).
+    pub fn sends_given_up_on(&self, ep: sys::ucp_ep_h) -> bool {
+        self.read().node.sends_given_up_on(ep)
+    }
+
     /// The host's endpoint `ep` failed with UCX status `status`: operations on it fail and the
     /// peer goes down if it was its last connection, at the next [`progress`](Self::progress).
     /// Takes no lock but the event queue's for one push, so the host may call it from its

@@ -211,10 +211,11 @@ fn host_side_by_side(ucx: Config, b_progress: HostProgress) {
         assert_eq!(c.received as usize, tags.len() / 3, "{}", LIBS[i]);
     }
 
-    // A rendezvous send `a` never receives is in flight on the endpoint when it is detached:
+    // A rendezvous send (4 MiB: above every UCX's threshold; 1.22 sends 64 KiB eagerly) `a`
+    // never receives is in flight on the endpoint when it is detached:
     // it ends with PeerDown, and UCX still has it — the host must force-close the endpoint
     // (UCX >= 1.13 aborts destroying a flush-closed one with it; RawHost::close forces).
-    let stuck = b.send(lb[0], ta, 424_242, vec![7u8; 64 * 1024], 1000);
+    let stuck = b.send(lb[0], ta, 424_242, vec![7u8; 4 << 20], 1000);
     for _ in 0..50 {
         progress_all(&hosts, &mut [&mut a, &mut b]);
     }
