@@ -169,6 +169,8 @@ pub struct Fabric {
     sends: HashMap<SendId, SendState>,
     next_id: u64,
     hold: bool,
+    /// Pairs of processes the network between is cut ([`Fabric::partition`]), lower first.
+    cut: HashSet<(ProcessId, ProcessId)>,
 }
 
 impl Fabric {
@@ -234,6 +236,9 @@ impl Fabric {
     pub fn connect(&mut self, from: WorkerId, to: WorkerId) -> Result<EpId, FabricError> {
         self.worker(from)?;
         self.worker(to).map_err(|_| FabricError::PeerFailed)?;
+        if self.is_cut(self.process_of(from), self.process_of(to)) {
+            return Err(FabricError::PeerFailed);
+        }
         let (a, b) = (EpId(self.eps.len()), EpId(self.eps.len() + 1));
         self.eps.push(Endpoint {
             worker: from,
@@ -573,6 +578,35 @@ impl Fabric {
                 self.fail_ep(remote, FabricError::EndpointClosed);
             }
         }
+    }
+
+    fn is_cut(&self, a: ProcessId, b: ProcessId) -> bool {
+        self.cut.contains(&(a.min(b), a.max(b)))
+    }
+
+    /// Cuts the network between processes `a` and `b` (both stay alive): what is in flight
+    /// between them is lost, every endpoint between them fails on both sides with
+    /// [`FabricError::PeerFailed`] (as UCX reports a TCP connection reset or timed out), and
+    /// connecting across fails until [`heal`](Self::heal).
+    pub fn partition(&mut self, a: ProcessId, b: ProcessId) {
+        self.cut.insert((a.min(b), a.max(b)));
+        let across: Vec<EpId> = (0..self.eps.len())
+            .map(EpId)
+            .filter(|&ep| {
+                let e = &self.eps[ep.0];
+                let (x, y) = (self.process_of(e.worker), self.process_of(e.remote_worker));
+                (x, y) == (a, b) || (x, y) == (b, a)
+            })
+            .collect();
+        for ep in across {
+            self.fail_ep(ep, FabricError::PeerFailed);
+        }
+    }
+
+    /// Restores the network between `a` and `b` ([`partition`](Self::partition)): new
+    /// connections go through again (failed endpoints stay failed).
+    pub fn heal(&mut self, a: ProcessId, b: ProcessId) {
+        self.cut.remove(&(a.min(b), a.max(b)));
     }
 
     /// Kills a process (`kill -9`): its workers stop, every endpoint to it fails with

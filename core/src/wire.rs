@@ -5,6 +5,7 @@
 //! ```text
 //! frame    = magic "TS" | version u8 (=3) | kind u8 | body_len u16 | body      (big endian)
 //! HELLO    = fingerprint u64 | role u8 | namespace_bits u8 | public_key [32] | nonce [16]
+//!            (role: bit 0 the role, bit 1 set by a redial: see Hello::redial)
 //!            | count u16 | entry*count
 //! entry    = id u16 | name_len u8 | name
 //! ANNOUNCE = entry
@@ -15,6 +16,7 @@
 //! PING     = seq u32                 (a liveness probe: answer with PONG, same seq)
 //! PONG     = seq u32
 //! PAIR     = value u32               (the pair value the peer puts in its tags to the sender)
+//! ADDRESS  = family u8 | address     (where the sender listens, for a reconnect; see Address)
 //! ```
 //!
 //! Version 2 added the key, the nonce and PROOF (P6); the token is no longer sent, it is the
@@ -24,7 +26,10 @@
 //! (kinds 7 and 8) are the heartbeat: a peer that stops answering is cut off with reason
 //! `Unresponsive` (see `Session::ping`). Version 3 added PAIR (kind 9): each side tells the
 //! proven peer which value to put in the layout's pair field, so that the tags of a pair are
-//! unguessable to every other process (see [`crate::session`]).
+//! unguessable to every other process (see [`crate::session`]). ADDRESS (kind 10, same version:
+//! a peer that does not know it refuses it as an unknown kind, a clear protocol error) tells the
+//! proven peer where the sender listens, so that either side can dial the other again after a
+//! fault ([`Address`]).
 //!
 //! ```
 //! use tagspace_core::wire::{decode, Frame, WireError};
@@ -63,6 +68,14 @@ const KIND_WITHDRAW_ACK: u8 = 6;
 const KIND_PING: u8 = 7;
 const KIND_PONG: u8 = 8;
 const KIND_PAIR: u8 = 9;
+const KIND_ADDRESS: u8 = 10;
+
+/// The role byte's redial flag ([`Hello::redial`]).
+const ROLE_REDIAL: u8 = 2;
+
+const FAMILY_LOCAL: u8 = 0;
+const FAMILY_V4: u8 = 4;
+const FAMILY_V6: u8 = 6;
 
 /// Whether `bytes` is a PING or PONG frame (by its header alone): the heartbeat, which an
 /// adapter counts apart from the frames that change state.
@@ -119,7 +132,7 @@ pub enum WireError {
     },
     /// A HELLO's namespace width is outside the supported range.
     BadNamespaceBits(u8),
-    /// A HELLO's role byte is neither 0 nor 1.
+    /// A HELLO's role byte is none of 0, 1 (the roles), 2, 3 (the roles with the redial flag).
     BadRole(u8),
     /// The output buffer is too small (encoding only).
     BufferTooSmall {
@@ -128,6 +141,8 @@ pub enum WireError {
     },
     /// A HELLO would exceed [`MAX_FRAME_LEN`] (encoding only).
     FrameTooLarge,
+    /// An ADDRESS's family byte is none of 0 (adapter-local), 4 (IPv4), 6 (IPv6).
+    BadAddressFamily(u8),
 }
 
 impl fmt::Display for WireError {
@@ -169,11 +184,20 @@ impl fmt::Display for WireError {
                 f,
                 "peer's namespace width {b} is outside {MIN_NAMESPACE_BITS}..={MAX_NAMESPACE_BITS}"
             ),
-            WireError::BadRole(r) => write!(f, "peer's role byte {r} is neither 0 nor 1"),
+            WireError::BadRole(r) => {
+                write!(
+                    f,
+                    "peer's role byte {r} is none of 0..=3 (role, redial flag)"
+                )
+            }
             WireError::BufferTooSmall { needed } => {
                 write!(f, "output buffer too small: {needed} bytes needed")
             }
             WireError::FrameTooLarge => f.write_str("frame would exceed the 64 KiB body limit"),
+            WireError::BadAddressFamily(b) => write!(
+                f,
+                "peer's listener address has family byte {b}, none of 0 (local), 4 (IPv4), 6 (IPv6)"
+            ),
         }
     }
 }
@@ -187,6 +211,22 @@ pub enum Role {
     Acceptor,
     /// The side that connected.
     Initiator,
+}
+
+/// Where a node listens (an ADDRESS frame): what a peer dials to reach it again after a
+/// fault.
+///
+/// ```text
+/// ADDRESS = 0 | id u64                                  (adapter-local, e.g. a simulated worker)
+///         | 4 | ip [4]  | port u16                      (IPv4)
+///         | 6 | ip [16] | port u16 | scope_id u32        (IPv6)
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Address {
+    /// A socket address (UCX's sockaddr connection establishment).
+    Ip(core::net::SocketAddr),
+    /// An address that means something to one adapter only (the mock fabric's worker ids).
+    Local(u64),
 }
 
 /// Why a peer closes a session.
@@ -252,6 +292,10 @@ pub struct Hello<'a> {
     pub fingerprint: u64,
     /// The sender's role on this endpoint.
     pub role: Role,
+    /// The sender opened this endpoint to dial back a peer it lost to a fault, and holds no
+    /// other connection to it: the receiver keeps this connection over any older one to the
+    /// same (proven) sender, instead of P4's tie-break (bit 1 of the role byte).
+    pub redial: bool,
     /// The sender's namespace width.
     pub namespace_bits: u8,
     /// The sender's public key: its token is the first eight bytes. A claim until its PROOF.
@@ -302,6 +346,7 @@ impl fmt::Debug for Hello<'_> {
             .field("fingerprint", &format_args!("{:#018x}", self.fingerprint))
             .field("token", &format_args!("{:#018x}", self.token()))
             .field("role", &self.role)
+            .field("redial", &self.redial)
             .field("namespace_bits", &self.namespace_bits)
             .field("entries", &Entries(self))
             .finish()
@@ -362,6 +407,9 @@ pub enum Frame<'a> {
         /// The value (non-zero, within the layout's pair width: the session checks).
         value: u32,
     },
+    /// I listen at this address (dial it to reach me again after a fault). Sent after the
+    /// sender has verified the receiver's PROOF; the receiver takes it only from a proven peer.
+    Address(Address),
 }
 
 struct Reader<'a> {
@@ -450,11 +498,13 @@ pub fn decode(bytes: &[u8]) -> Result<Frame<'_>, WireError> {
     let frame = match kind {
         KIND_HELLO => {
             let fingerprint = r.u64()?;
-            let role = match r.u8()? {
+            let byte = r.u8()?;
+            let role = match byte & !ROLE_REDIAL {
                 0 => Role::Acceptor,
                 1 => Role::Initiator,
-                b => return Err(WireError::BadRole(b)),
+                _ => return Err(WireError::BadRole(byte)),
             };
+            let redial = byte & ROLE_REDIAL != 0;
             let namespace_bits = r.u8()?;
             if !(MIN_NAMESPACE_BITS..=MAX_NAMESPACE_BITS).contains(&(namespace_bits as u32)) {
                 return Err(WireError::BadNamespaceBits(namespace_bits));
@@ -470,6 +520,7 @@ pub fn decode(bytes: &[u8]) -> Result<Frame<'_>, WireError> {
             Frame::Hello(Hello {
                 fingerprint,
                 role,
+                redial,
                 namespace_bits,
                 public_key,
                 nonce,
@@ -509,6 +560,21 @@ pub fn decode(bytes: &[u8]) -> Result<Frame<'_>, WireError> {
         KIND_PAIR => Frame::Pair {
             value: u32::from_be_bytes(r.array()?),
         },
+        KIND_ADDRESS => Frame::Address(match r.u8()? {
+            FAMILY_LOCAL => Address::Local(r.u64()?),
+            FAMILY_V4 => {
+                let ip: [u8; 4] = r.array()?;
+                Address::Ip(core::net::SocketAddr::from((ip, r.u16()?)))
+            }
+            FAMILY_V6 => {
+                let ip: [u8; 16] = r.array()?;
+                let port = r.u16()?;
+                let scope = u32::from_be_bytes(r.array()?);
+                let ip = core::net::Ipv6Addr::from(ip);
+                Address::Ip(core::net::SocketAddrV6::new(ip, port, 0, scope).into())
+            }
+            b => return Err(WireError::BadAddressFamily(b)),
+        }),
         k => return Err(WireError::UnknownKind(k)),
     };
     if r.pos != bytes.len() {
@@ -582,6 +648,11 @@ impl<'b> HelloEncoder<'b> {
         Ok(HelloEncoder { w, count: 0 })
     }
 
+    /// Marks the HELLO as a redial's ([`Hello::redial`]).
+    pub fn redial(&mut self) {
+        self.w.buf[HEADER_LEN + 8] |= ROLE_REDIAL;
+    }
+
     /// Appends one `(id, name)` entry.
     pub fn push(&mut self, id: u16, name: &Name) -> Result<(), WireError> {
         if self.count == u16::MAX {
@@ -613,6 +684,9 @@ impl Frame<'_> {
                     &h.public_key,
                     &h.nonce,
                 )?;
+                if h.redial {
+                    e.redial();
+                }
                 for (id, name) in h.entries() {
                     e.push(id, &name)?;
                 }
@@ -651,6 +725,27 @@ impl Frame<'_> {
                 };
                 let mut w = Writer::header(buf, kind)?;
                 w.put(&seq.to_be_bytes())?;
+                Ok(w.finish())
+            }
+            Frame::Address(a) => {
+                let mut w = Writer::header(buf, KIND_ADDRESS)?;
+                match a {
+                    Address::Local(id) => {
+                        w.put(&[FAMILY_LOCAL])?;
+                        w.put(&id.to_be_bytes())?;
+                    }
+                    Address::Ip(core::net::SocketAddr::V4(v4)) => {
+                        w.put(&[FAMILY_V4])?;
+                        w.put(&v4.ip().octets())?;
+                        w.put(&v4.port().to_be_bytes())?;
+                    }
+                    Address::Ip(core::net::SocketAddr::V6(v6)) => {
+                        w.put(&[FAMILY_V6])?;
+                        w.put(&v6.ip().octets())?;
+                        w.put(&v6.port().to_be_bytes())?;
+                        w.put(&v6.scope_id().to_be_bytes())?;
+                    }
+                }
                 Ok(w.finish())
             }
         }
@@ -768,6 +863,16 @@ mod tests {
         let mut again = [0u8; 512];
         let m = Frame::Hello(h).encode(&mut again).unwrap();
         assert_eq!(&buf[..n], &again[..m]);
+        assert!(!h.redial);
+        // the redial flag is bit 1 of the role byte, and survives a round trip
+        let mut flagged = buf;
+        flagged[HEADER_LEN + 8] |= 2;
+        let Frame::Hello(r) = decode(&flagged[..n]).unwrap() else {
+            panic!("not a hello")
+        };
+        assert!(r.redial && r.role == Role::Initiator);
+        let m = Frame::Hello(r).encode(&mut again).unwrap();
+        assert_eq!(&flagged[..n], &again[..m]);
     }
 
     #[test]
@@ -837,6 +942,26 @@ mod tests {
                 reason: CloseReason::Other(9)
             })
         );
+    }
+
+    #[test]
+    fn address_frames_round_trip_and_refuse_bad_bytes() {
+        let mut buf = [0u8; 64];
+        for a in [
+            Address::Local(0x1234_5678_9abc_def0),
+            Address::Ip("10.1.2.3:13337".parse().unwrap()),
+            Address::Ip("[fe80::1%7]:80".parse().unwrap()),
+        ] {
+            let n = Frame::Address(a).encode(&mut buf).unwrap();
+            assert_eq!(decode(&buf[..n]), Ok(Frame::Address(a)));
+            // every truncation is refused, none panics
+            for cut in 0..n {
+                assert!(decode(&buf[..cut]).is_err());
+            }
+        }
+        let n = Frame::Address(Address::Local(1)).encode(&mut buf).unwrap();
+        buf[HEADER_LEN] = 5;
+        assert_eq!(decode(&buf[..n]), Err(WireError::BadAddressFamily(5)));
     }
 
     #[test]

@@ -38,7 +38,9 @@ impl Node {
     fn stage_transport(&mut self, fab: &mut Fabric) {
         while let Some(ev) = fab.event(self.worker) {
             match ev {
-                WorkerEvent::Accepted(ep) => self.add_conn(ep, Role::Acceptor),
+                WorkerEvent::Accepted(ep) => {
+                    self.add_conn(ep, Role::Acceptor);
+                }
                 WorkerEvent::EndpointError(ep, e) => {
                     if let Some(i) = self.engine.conns().find(ep, |c| !c.io.closed) {
                         self.engine.handle_failed(i, e);
@@ -125,7 +127,25 @@ impl Node {
                 }
                 Action::Cancel { op, peer } => self.with_ops(fab, |e, t| e.cancel_op(t, op, peer)),
                 Action::Proven { peer } => self.backlog.proven(peer),
+                Action::Dial { peer, addr } => self.dial(fab, peer, addr),
             }
+        }
+    }
+
+    /// [`Action::Dial`]: a connection to the lost peer's worker (a dial across a cut fails at
+    /// once; the engine dials again on its schedule), or, when reporting, a note for the test.
+    fn dial(&mut self, fab: &mut Fabric, peer: u64, addr: wire::Address) {
+        let wire::Address::Local(w) = addr else {
+            return; // not a fabric address: nothing here can dial it
+        };
+        let to = WorkerId(w as usize);
+        if self.engine.redial() == engine::Redial::Report {
+            self.reconnects.push_back((peer, to));
+            return;
+        }
+        if let Ok(ep) = fab.connect(self.worker, to) {
+            let conn = self.add_conn(ep, Role::Initiator);
+            self.engine.dial_started(peer, conn);
         }
     }
 

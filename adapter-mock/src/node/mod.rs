@@ -21,13 +21,14 @@
 use crate::fabric::{
     Completed, EpId, Fabric, FabricError, ProcessId, RecvId, SendId, WorkerEvent, WorkerId,
 };
+use std::collections::VecDeque;
 use tagspace_core::engine::{
     self, Action, AmDelivery, Charge, CloseHow, ConnId, Liveness, Out, PeerLimits, QueueOwner,
     Stage, Target, Waiting, Why,
 };
 use tagspace_core::session::SessionError;
 use tagspace_core::wellknown::CONTROL_ID;
-use tagspace_core::wire::{Role, MAX_FRAME_LEN};
+use tagspace_core::wire::{self, Role, MAX_FRAME_LEN};
 use tagspace_core::{Identity, Namespace, Registry, TagLayout};
 
 /// Registry capacity of a simulated process.
@@ -94,6 +95,8 @@ pub struct Node {
     /// The held namespaces' messages (see [`Node::hold_backlog`]): tag, and the data the
     /// fabric's probe with removal handed over.
     backlog: engine::Backlog<Vec<u8>>,
+    /// With [`engine::Redial::Report`]: peers lost to a fault, for the test to reconnect.
+    reconnects: VecDeque<(u64, WorkerId)>,
 }
 
 impl Node {
@@ -151,7 +154,35 @@ impl Node {
             deadline_closes: 0,
             flood_closes: 0,
             backlog: engine::Backlog::new(),
+            reconnects: VecDeque::new(),
         }
+        .redialling()
+    }
+
+    /// As the UCX node on its own worker: tells peers its worker (the fabric's address) and
+    /// dials peers lost to a fault back with the default [`engine::Backoff`].
+    fn redialling(mut self) -> Node {
+        self.engine.set_redial(engine::Redial::default());
+        (self.engine).set_advertised(Some(wire::Address::Local(self.worker.0 as u64)));
+        self
+    }
+
+    /// How peers lost to a fault are dialled again ([`engine::Redial::Dial`] with the default
+    /// backoff unless set; [`engine::Redial::Report`] queues them for
+    /// [`take_reconnect_needed`](Self::take_reconnect_needed)).
+    pub fn set_redial(&mut self, redial: engine::Redial) {
+        self.engine.set_redial(redial);
+    }
+
+    /// The reconnect schedule's counts.
+    pub fn redial_stats(&self) -> engine::RedialStats {
+        self.engine.redial_stats()
+    }
+
+    /// With [`engine::Redial::Report`]: the next peer lost to a fault to connect to again (its
+    /// token and worker), oldest first.
+    pub fn take_reconnect_needed(&mut self) -> Option<(u64, WorkerId)> {
+        self.reconnects.pop_front()
     }
 
     /// Host mode, as the UCX node's on a host's worker (`Node::adopt` there): the worker and
@@ -303,9 +334,9 @@ impl Node {
         Ok(())
     }
 
-    fn add_conn(&mut self, ep: EpId, role: Role) {
+    fn add_conn(&mut self, ep: EpId, role: Role) -> ConnId {
         let io = Io { ep, closed: false };
-        (self.engine).add_conn(ep, role, &self.identity, self.last_now_ms, io);
+        (self.engine).add_conn(ep, role, &self.identity, self.last_now_ms, io)
     }
 
     /// Hostile-peer hook for tests: sends raw bytes as a control frame to `peer`.

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
-use tagspace_core::engine::{Liveness, PeerLimits};
+use tagspace_core::engine::{Liveness, PeerLimits, Redial};
 use tagspace_core::identity::Identity;
 
 /// Milliseconds for deadlines: the real monotonic clock, or a manual one that only moves when
@@ -66,6 +66,16 @@ pub struct NodeConfig {
     /// off; time away from `progress` is not held against them (gaps count at most
     /// [`LIVENESS_TICK_MAX_MS`](tagspace_core::engine::LIVENESS_TICK_MAX_MS)).
     pub liveness: Option<Liveness>,
+    /// What to tell peers this node listens at, for them to dial after a fault; `None`: the
+    /// listener's address, unless it listens on every interface (0.0.0.0 or ::), which names
+    /// no address a peer could dial (set one then). A host-mode node tells this address (its
+    /// host's listener) and nothing otherwise.
+    pub advertise: Option<SocketAddr>,
+    /// Whether peers lost to a fault (transport failure, heartbeat) are dialled again at the
+    /// address they told ([`Redial`], by default 200 ms doubling to 5 s, for 5 minutes). On a
+    /// host's worker [`Redial::Dial`] means [`Redial::Report`]: the host is told
+    /// ([`Node::take_reconnect_needed`](crate::node::Node::take_reconnect_needed)).
+    pub redial: Redial,
 }
 
 impl NodeConfig {
@@ -78,6 +88,8 @@ impl NodeConfig {
             clock: Clock::Real(Instant::now()),
             limits: PeerLimits::default(),
             liveness: Some(Liveness::default()),
+            advertise: None,
+            redial: Redial::default(),
         }
     }
 }

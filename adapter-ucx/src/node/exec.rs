@@ -88,6 +88,7 @@ impl Node {
                     tracing::info!(peer, "connection established");
                     self.backlog.proven(peer);
                 }
+                Action::Dial { peer, addr } => self.dial(peer, addr),
             }
         }
     }

@@ -28,6 +28,26 @@ impl Node {
     }
 }
 
+impl Node {
+    /// Test hook (feature `test-hooks`): this node's endpoints to `peer` fail as if UCX had
+    /// reported them reset (a cut link, seen from this side): each connection ends with
+    /// `PeerDown` and its endpoint is force-closed, which the peer's transport sees in turn.
+    #[cfg(feature = "test-hooks")]
+    pub fn fail_link_for_test(&mut self, peer: u64) {
+        let keys: Vec<EpKey> = (self.engine.conns().iter())
+            .filter(|c| c.serves(peer) && c.io.ep.is_some())
+            .map(|c| c.key())
+            .collect();
+        for key in keys {
+            let error = UcxError {
+                op: "test hook: link cut",
+                status: crate::ucp::Status::CONNECTION_RESET,
+            };
+            self.on_ep_error(key, error);
+        }
+    }
+}
+
 impl Io {
     /// Whether `frame`, an acknowledgement, is withheld ([`Node::withhold_acks_for_test`]).
     #[cfg(feature = "test-hooks")]

@@ -138,6 +138,11 @@ pub const FORGED_PER_PROBE: u32 = 64;
 pub const ACKS_PER_CALL: u32 = 64;
 
 pub use tagspace_core::engine::{BacklogLimit, Counters, LibId, OpId, HOLD_LOOKS_PER_CALL};
+/// How a node reconnects to peers lost to a fault: the core engine's.
+pub use tagspace_core::engine::{Backoff, Redial};
+/// Host mode: how many peers needing a reconnect wait for the host at most
+/// ([`Node::take_reconnect_needed`]); the oldest is dropped first.
+pub const RECONNECTS_KEPT: usize = 1024;
 /// Why a node operation failed: the core engine's error, with UCX's (a peer failure says so).
 pub type NodeError = engine::NodeError<UcxError>;
 /// A change in the set of peers, told to every library that [`Node::listen`]s.
@@ -256,6 +261,8 @@ pub struct Node {
     /// Host mode: control frames from endpoints not attached yet, oldest first.
     unattached: VecDeque<(EpKey, Vec<u8>)>,
     unattached_bytes: usize,
+    /// Host mode: peers lost to a fault for the host to connect to again, oldest first.
+    reconnects: VecDeque<(u64, SocketAddr)>,
 }
 
 impl Node {
@@ -389,8 +396,23 @@ impl Node {
             failed_eps: VecDeque::new(),
             unattached: VecDeque::new(),
             unattached_bytes: 0,
+            reconnects: VecDeque::new(),
         };
         let mut node = node;
+        // Own worker: dial lost peers back as configured, and tell peers where to dial this
+        // node (the configured address, else the listener's unless it listens on every
+        // interface, which names none). Host mode: the host owns the endpoints, so a lost
+        // peer is only reported to it; the host may tell its listener's address.
+        let redial = match (node.host.is_some(), cfg.redial) {
+            (true, Redial::Dial(_)) => Redial::Report,
+            (_, r) => r,
+        };
+        node.engine.set_redial(redial);
+        let advertise = cfg.advertise.or_else(|| {
+            let a = node.listen_addr().ok()?;
+            (!a.ip().is_unspecified()).then_some(a)
+        });
+        node.engine.set_advertised(advertise.map(wire::Address::Ip));
         match node.host {
             None => node.post_ack_recv()?,
             Some(_) => node.engine.set_owner(QueueOwner::HOST),
@@ -482,7 +504,21 @@ impl Node {
 
     /// Node-wide counters.
     pub fn stats(&self) -> NodeStats {
-        self.stats
+        let r = self.engine.redial_stats();
+        NodeStats {
+            reconnects: r.reconnected,
+            redials_given_up: r.given_up,
+            ..self.stats
+        }
+    }
+
+    /// Host mode: the next peer lost to a fault that the host should connect to again (its
+    /// token, and where it said it listens), oldest first; at most [`RECONNECTS_KEPT`] are
+    /// kept. The host connects and [`attach`](Self::attach)es the endpoint as the initiator;
+    /// the peer proves itself again and traffic resumes. Always `None` on a node's own
+    /// worker, which dials by itself ([`NodeConfig::redial`]).
+    pub fn take_reconnect_needed(&mut self) -> Option<(u64, SocketAddr)> {
+        self.reconnects.pop_front()
     }
 
     /// Stray messages drained for namespace id `id` (D2).

@@ -87,6 +87,14 @@ pub struct NodeStats {
     /// [`UNATTACHED_FRAMES_MAX`](crate::node::UNATTACHED_FRAMES_MAX) /
     /// [`EARLY_BYTES_MAX`](crate::node::EARLY_BYTES_MAX) allow.
     pub unattached_dropped: u64,
+    /// Endpoints opened to dial a peer lost to a fault again ([`Redial`](crate::node::Redial)).
+    pub redials: u64,
+    /// Peers lost to a fault that came back (on a dial from either side).
+    pub reconnects: u64,
+    /// Peers lost to a fault given up on: not back within
+    /// [`Backoff::give_up_ms`](crate::node::Backoff::give_up_ms), or a new process proved its
+    /// identity at their address (they restarted).
+    pub redials_given_up: u64,
 }
 
 /// Counts a connection's close in the stats by why it closed.

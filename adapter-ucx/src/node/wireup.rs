@@ -11,7 +11,7 @@ impl Node {
         Ok(())
     }
 
-    pub(super) fn add_conn(&mut self, ep: Endpoint, role: Role) {
+    pub(super) fn add_conn(&mut self, ep: Endpoint, role: Role) -> ConnId {
         // U1: nothing is sent until the endpoint's first flush has completed.
         let (wire, failed) = match ep.flush() {
             Ok(Started::Pending(r)) => (Wire::Flushing(r), None),
@@ -36,6 +36,37 @@ impl Node {
         if let Some(e) = failed {
             self.engine.handle_failed(i, e);
             self.carry_out();
+        }
+        i
+    }
+
+    /// [`Action::Dial`]: on this node's own worker, a connection to where the lost `peer`
+    /// said it listens (the engine waits for it before dialling again); on a host's worker,
+    /// the host is told ([`Node::take_reconnect_needed`]): its endpoints are its own.
+    pub(super) fn dial(&mut self, peer: u64, addr: wire::Address) {
+        let wire::Address::Ip(addr) = addr else {
+            tracing::warn!(
+                peer,
+                ?addr,
+                "a peer told an address that is not a socket address"
+            );
+            return;
+        };
+        if self.host.is_some() {
+            if self.reconnects.len() == RECONNECTS_KEPT {
+                self.reconnects.pop_front();
+            }
+            self.reconnects.push_back((peer, addr));
+            return;
+        }
+        match Endpoint::connect(&self.worker, addr) {
+            Ok(ep) => {
+                tracing::info!(peer, %addr, "dialling a peer lost to a fault");
+                self.stats.redials += 1;
+                let conn = self.add_conn(ep, Role::Initiator);
+                self.engine.dial_started(peer, conn);
+            }
+            Err(error) => tracing::warn!(peer, %addr, %error, "dialling a lost peer failed"),
         }
     }
 

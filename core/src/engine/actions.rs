@@ -15,8 +15,8 @@
 use alloc::collections::VecDeque;
 
 use super::{
-    AfterClose, Charge, Check, ConnId, Control, Ending, Engine, Expiry, LinkState, Loss, OpId,
-    PeerGone, Waits,
+    is_fault, AfterClose, Charge, Check, ConnId, Control, Ending, Engine, Expiry, LinkState, Loss,
+    OpId, PeerGone, Redial, Waits,
 };
 use crate::session::SessionError;
 use crate::wire::CloseReason;
@@ -62,6 +62,16 @@ pub enum Action<E> {
     Proven {
         /// The peer's token.
         peer: u64,
+    },
+    /// Open a connection to `addr`, where `peer` (lost to a fault) said it listens, and tell
+    /// the engine which ([`Engine::dial_started`]); a dial that fails at once needs nothing
+    /// (the next is scheduled). With [`Redial::Report`](super::Redial::Report): tell whoever
+    /// owns the endpoints that `peer` needs a reconnect.
+    Dial {
+        /// The lost peer's token.
+        peer: u64,
+        /// Where it listens.
+        addr: crate::wire::Address,
     },
 }
 
@@ -224,6 +234,7 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
         match self.conns.on_control(conn, bytes, now_ms, &mut self.libs) {
             Control::Handled => {}
             Control::Established { peer, superseded } => {
+                self.dials.proven(peer, conn);
                 self.actions.push_back(Action::Proven { peer });
                 // P4: each loser's CLOSE goes out; its endpoint lingers.
                 for k in superseded {
@@ -295,7 +306,7 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
             self.conns.retire(conn);
             self.push_close(conn, CloseHow::Forced, why);
         }
-        self.peer_gone(gone);
+        self.peer_gone(gone, Why::Failed);
     }
 
     /// The transport of an endpoint the adapter already took out of service (closing, its
@@ -323,6 +334,19 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
         }
         for conn in self.conns.take_lingered(now_ms) {
             self.push_close(conn, CloseHow::Orderly, Why::Superseded);
+        }
+        if let Redial::Dial(backoff) = self.redial {
+            let mut due = alloc::vec::Vec::new();
+            let conns = &self.conns;
+            let handshaking = |c: ConnId| {
+                conns
+                    .get(c)
+                    .is_some_and(|c| c.is_open() && c.peer().is_none())
+            };
+            self.dials.due(now_ms, backoff, handshaking, &mut due);
+            for (peer, addr) in due {
+                self.actions.push_back(Action::Dial { peer, addr });
+            }
         }
     }
 
@@ -363,7 +387,7 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
         }
         let gone = self.conns.end(conn, None, &mut self.libs);
         self.push_close(conn, CloseHow::Orderly, why);
-        self.peer_gone(gone);
+        self.peer_gone(gone, why);
     }
 
     fn push_close(&mut self, conn: ConnId, how: CloseHow, why: Why) {
@@ -384,12 +408,20 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
         self.lost(loss, peer.unwrap_or(0), None);
     }
 
-    /// `peer` has no connection left: the receives that said they wait for it end (it
-    /// failed) or are cancelled (it closed in order; one already matched completes).
-    fn peer_gone(&mut self, gone: Option<PeerGone<E>>) {
-        if let Some(PeerGone { peer, cause }) = gone {
+    /// `peer` has no connection left (its last ended for `why`): the receives that said they
+    /// wait for it end (it failed) or are cancelled (it closed in order; one already matched
+    /// completes); if a fault took it and it told where it listens, it is dialled again.
+    fn peer_gone(&mut self, gone: Option<PeerGone<E>>, why: Why) {
+        if let Some(PeerGone { peer, cause, addr }) = gone {
             let failed = cause.is_some();
             self.lost(Loss::PeerGone { peer, failed }, peer, cause);
+            match (self.redial, addr) {
+                (Redial::Dial(_), Some(addr)) if is_fault(why) => self.dials.lost(peer, addr),
+                (Redial::Report, Some(addr)) if is_fault(why) => {
+                    self.actions.push_back(Action::Dial { peer, addr })
+                }
+                _ => {}
+            }
         }
     }
 
@@ -783,5 +815,184 @@ mod tests {
             "the dropped engine's pin went back"
         );
         assert_eq!(reg.quarantined_count(), 0);
+    }
+
+    fn dials(s: &mut Side) -> Vec<(u64, wire::Address)> {
+        (actions(s).into_iter())
+            .filter_map(|x| match x {
+                Action::Dial { peer, addr } => Some((peer, addr)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_peer_lost_to_a_fault_is_dialled_at_its_address_until_it_is_back() {
+        use crate::engine::{Backoff, Redial};
+        let (mut a, mut b) = two();
+        // exactly one side dials: the lower token's, when both told their address
+        if a.me.token() > b.me.token() {
+            core::mem::swap(&mut a, &mut b);
+        }
+        let (addr_a, addr_b) = (wire::Address::Local(11), wire::Address::Local(22));
+        let tb = b.me.token();
+        a.e.set_advertised(Some(addr_a));
+        b.e.set_advertised(Some(addr_b));
+        let backoff = Backoff {
+            first_ms: 100,
+            max_ms: 400,
+            give_up_ms: 10_000,
+        };
+        a.e.set_redial(Redial::Dial(backoff));
+        b.e.set_redial(Redial::Dial(backoff));
+        let lib = a.e.register("lib").unwrap();
+        a.e.libs.listen_peers(lib, [0u64; 0]).unwrap();
+        let i = a.e.add_conn(1, Role::Initiator, &a.me, 0, ());
+        let j = b.e.add_conn(1, Role::Acceptor, &b.me, 0, ());
+        pump(&mut a, i, &mut b, j, 0);
+        assert_eq!(
+            a.e.conns.get(i).unwrap().session().peer_addr(),
+            Some(addr_b)
+        );
+        assert_eq!(
+            b.e.conns.get(j).unwrap().session().peer_addr(),
+            Some(addr_a)
+        );
+        let pair = a.e.rx_pair(tb);
+
+        a.e.handle_failed(i, 5);
+        b.e.handle_failed(j, 5);
+        assert_eq!(dials(&mut a), [], "dialled on the schedule, not at once");
+        assert_eq!(dials(&mut b), []);
+        a.e.handle_timeout(1_000);
+        assert_eq!(dials(&mut a), []);
+        // (poll_timeout also names the first stray sweep, due at once)
+        let due = a.e.dials.next_ms().unwrap();
+        assert!((1_050..=1_100).contains(&due), "{due}");
+        assert!(a.e.poll_timeout(1_000).unwrap() <= due);
+        a.e.handle_timeout(due);
+        assert_eq!(dials(&mut a), [(tb, addr_b)]);
+        // the dial's connection is still handshaking when the next is due: no second dial
+        let i2 = a.e.add_conn(2, Role::Initiator, &a.me, due, ());
+        a.e.dial_started(tb, i2);
+        a.e.handle_timeout(due + 1_000);
+        assert_eq!(dials(&mut a), []);
+        b.e.handle_timeout(due + 1_000);
+        assert_eq!(dials(&mut b), [], "the higher token waits to be dialled");
+        assert_eq!(b.e.redialling().count(), 0);
+        let j2 = b.e.add_conn(2, Role::Acceptor, &b.me, due, ());
+        pump(&mut a, i2, &mut b, j2, due + 1_000);
+        assert_eq!(a.e.redialling().count(), 0);
+        assert_eq!(a.e.redial_stats().reconnected, 1);
+        assert_eq!(
+            a.e.rx_pair(tb),
+            pair,
+            "the same pair value after the reconnect"
+        );
+        let events: Vec<_> = core::iter::from_fn(|| a.e.libs.peer_event(lib)).collect();
+        assert!(
+            matches!(
+                events[..],
+                [
+                    PeerEvent::Up { .. },
+                    PeerEvent::Down { .. },
+                    PeerEvent::Up { .. }
+                ]
+            ),
+            "{events:?}"
+        );
+        assert_eq!(
+            a.e.conns.get(i2).unwrap().session().peer_addr(),
+            Some(addr_b)
+        );
+
+        // An orderly close is not a fault: nothing is dialled (control: the same pair of
+        // engines dialled after the failure above).
+        b.e.close(j2, Some(CloseReason::Normal));
+        pump(&mut a, i2, &mut b, j2, due + 2_000);
+        for t in [due + 2_000, due + 3_000, due + 20_000] {
+            a.e.handle_timeout(t);
+            assert_eq!(dials(&mut a), []);
+        }
+        assert_eq!(a.e.redialling().count(), 0);
+    }
+
+    #[test]
+    fn a_peer_that_said_unresponsive_is_dialled_and_a_restart_at_its_address_ends_that() {
+        use crate::engine::{Backoff, Redial};
+        let (mut a, mut b) = two();
+        let addr_b = wire::Address::Local(22);
+        let tb = b.me.token();
+        b.e.set_advertised(Some(addr_b));
+        a.e.set_redial(Redial::Dial(Backoff::default()));
+        let i = a.e.add_conn(1, Role::Initiator, &a.me, 0, ());
+        let j = b.e.add_conn(1, Role::Acceptor, &b.me, 0, ());
+        pump(&mut a, i, &mut b, j, 0);
+        // b found a unresponsive (a was stopped, say): its CLOSE says so. a told no address,
+        // so a dials whatever the tokens; b, which cannot, does not even report.
+        b.e.set_redial(Redial::Report);
+        b.e.close(j, Some(CloseReason::Unresponsive));
+        pump(&mut a, i, &mut b, j, 0);
+        assert_eq!(dials(&mut b), []);
+        a.e.handle_timeout(0);
+        let due = a.e.dials.next_ms().unwrap();
+        a.e.handle_timeout(due);
+        assert_eq!(dials(&mut a), [(tb, addr_b)]);
+        // b restarted with a new identity at the same address: the dial reaches it
+        let mut c = side(3, None, PeerLimits::default());
+        let i2 = a.e.add_conn(2, Role::Initiator, &a.me, due, ());
+        a.e.dial_started(tb, i2);
+        let j2 = c.e.add_conn(2, Role::Acceptor, &c.me, due, ());
+        pump(&mut a, i2, &mut c, j2, due);
+        assert_eq!(a.e.redialling().count(), 0, "b is gone for good");
+        assert_eq!(a.e.redial_stats().given_up, 1);
+        assert_eq!(a.e.redial_stats().reconnected, 0);
+
+        // With Report, the dialler's adapter is told once, at the loss (host mode).
+        a.e.set_redial(Redial::Report);
+        c.e.set_advertised(Some(wire::Address::Local(33)));
+        pump(&mut a, i2, &mut c, j2, due);
+        c.e.handle_failed(j2, 1);
+        a.e.handle_failed(i2, 1);
+        let tc = c.me.token();
+        assert_eq!(dials(&mut a), [(tc, wire::Address::Local(33))]);
+        a.e.handle_timeout(due + 60_000);
+        assert_eq!(dials(&mut a), [], "told once: no schedule");
+    }
+
+    #[test]
+    fn a_redial_replaces_the_older_connection_where_the_p4_tie_break_would_close_both() {
+        for redial in [true, false] {
+            let (mut a, mut b) = two();
+            // a, the dialler, has the higher token (it dials when the lower told no address)
+            if a.me.token() < b.me.token() {
+                core::mem::swap(&mut a, &mut b);
+            }
+            let (ta, tb) = (a.me.token(), b.me.token());
+            let i1 = a.e.add_conn(1, Role::Initiator, &a.me, 0, ());
+            let j1 = b.e.add_conn(1, Role::Acceptor, &b.me, 0, ());
+            pump(&mut a, i1, &mut b, j1, 0);
+            // a's side of the link failed; b has not noticed yet
+            a.e.handle_failed(i1, 5);
+            actions(&mut a);
+            let i2 = a.e.add_conn(2, Role::Initiator, &a.me, 0, ());
+            if redial {
+                a.e.dial_started(tb, i2);
+            }
+            let j2 = b.e.add_conn(2, Role::Acceptor, &b.me, 0, ());
+            pump(&mut a, i2, &mut b, j2, 0);
+            if redial {
+                assert!(b.e.conns.get(j2).unwrap().serves(ta));
+                assert!(
+                    !b.e.conns.get(j1).unwrap().is_open(),
+                    "the old one is replaced"
+                );
+                assert_eq!((a.e.conns.live_to(tb), b.e.conns.live_to(ta)), (1, 1));
+            } else {
+                // control: both connections were opened by the higher token, so P4's
+                // tie-break closes both at b, and a is left with none
+                assert_eq!((a.e.conns.live_to(tb), b.e.conns.live_to(ta)), (0, 0));
+            }
+        }
     }
 }

@@ -90,7 +90,7 @@ struct Window {
 /// moved by other connections coming and going — a handle kept across calls names the same
 /// connection or, once that is forgotten, none ([`Connections::get`] says `None`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConnId(u64);
+pub struct ConnId(pub(crate) u64);
 
 /// What [`Connections::route_tag`] finds: the connection serving the peer, and the tag.
 pub type RouteHit<'a, K, X, E, const CAP: usize> = (&'a Connection<K, X, E, CAP>, u64);
@@ -230,6 +230,9 @@ pub(crate) struct PeerGone<E> {
     pub peer: u64,
     /// The transport's error, if it failed.
     pub cause: Option<E>,
+    /// Where the peer said it listens (on the connection that went last), if this side is
+    /// the one to dial it after a fault ([`Session::redial_addr`]).
+    pub addr: Option<crate::wire::Address>,
 }
 
 /// A route cache entry: the peer's route for `ns`'s name, and its tag for payload 0.
@@ -844,7 +847,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
                     e.1 = true;
                 }
                 self.conns[i].session.grant_pair(value);
-                let superseded = self.settle_duplicates(peer_token, now_ms);
+                let superseded = self.settle_duplicates(i, peer_token, now_ms);
                 if self.conns[i].is_open() {
                     self.conns[i].told_up = true;
                     if self.live_to(peer_token) == 1 {
@@ -891,10 +894,20 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     }
 
     /// P4: of several established connections to `peer`, the tie-break's losers are closed
-    /// (their CLOSE queued) and taken out of service to linger.
-    fn settle_duplicates(&mut self, peer: u64, now_ms: u64) -> Vec<ConnId> {
+    /// (their CLOSE queued) and taken out of service to linger; connection `new` (just
+    /// established) wins outright if it is a redial.
+    fn settle_duplicates(&mut self, new: usize, peer: u64, now_ms: u64) -> Vec<ConnId> {
         let mut losers = Vec::new();
-        superseded(&self.conns, peer, &mut losers);
+        // A redial (either side's HELLO says so): the dialler lost every connection to the
+        // peer, so this one replaces the older ones, which are dead or dying on this side.
+        let s = &self.conns[new].session;
+        if s.redials() || s.peer_redials() {
+            losers.extend(
+                (0..self.conns.len()).filter(|&j| j != new && serves(&self.conns[j]) == Some(peer)),
+            );
+        } else {
+            superseded(&self.conns, peer, &mut losers);
+        }
         for &i in &losers {
             self.conns[i].session.close(CloseReason::Superseded);
             self.linger(i, now_ms);
@@ -955,6 +968,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         let was_open = c.is_open();
         c.state = LinkState::Down(cause);
         let (told, peer, reason) = (c.told_up, c.peer(), c.closed_for);
+        let addr = c.session.redial_addr();
         self.reindex();
         let peer = peer.filter(|&p| was_open && told && self.live_to(p) == 0)?;
         libs.tell(&PeerEvent::Down {
@@ -962,7 +976,25 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
             cause,
             reason,
         });
-        Some(PeerGone { peer, cause })
+        Some(PeerGone { peer, cause, addr })
+    }
+
+    /// Connection `id` was opened to dial back its peer lost to a fault: its HELLO says so
+    /// (unless it went out already), and the peer keeps it over any older connection.
+    pub(crate) fn mark_redial(&mut self, id: ConnId) {
+        if let Some(i) = self.pos(id) {
+            self.conns[i].session.mark_redial();
+        }
+    }
+
+    /// Connection `id`'s session tells its peer that this node listens at `addr` (once the
+    /// peer is proven; again if it changed). `true` if a frame is now queued.
+    pub(crate) fn advertise(&mut self, id: ConnId, addr: Option<crate::wire::Address>) -> bool {
+        let Some(i) = self.pos(id).filter(|&i| self.conns[i].is_open()) else {
+            return false;
+        };
+        let s = &mut self.conns[i].session;
+        s.set_advertised(addr) && addr.is_some() && s.is_established()
     }
 
     /// Connection `i`'s transport failed with `e`. A superseded connection's failure is
@@ -1397,7 +1429,8 @@ mod tests {
             gone,
             Some(PeerGone {
                 peer: tb,
-                cause: Some(5)
+                cause: Some(5),
+                addr: None,
             })
         );
         assert!(matches!(

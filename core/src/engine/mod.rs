@@ -94,6 +94,11 @@ pub struct Engine<'r, K, X, T, E, const CAP: usize> {
     owner: QueueOwner,
     /// What the adapter is to do next ([`Engine::poll_action`]).
     actions: actions::Actions<E>,
+    /// Whether and how peers lost to a fault are dialled again, and those being dialled.
+    redial: Redial,
+    dials: redial::Dials,
+    /// Where this node listens, told to every proven peer (`None`: nothing to tell).
+    advertised: Option<crate::wire::Address>,
 }
 
 #[cfg(feature = "alloc")]
@@ -119,7 +124,54 @@ impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, 
             sweep: Sweep::new(),
             owner: QueueOwner::Node,
             actions: Default::default(),
+            redial: Redial::Off,
+            dials: redial::Dials::new(TokenHash::new(hash_keys)),
+            advertised: None,
         }
+    }
+
+    /// How peers lost to a fault are dialled again ([`Redial::Off`] until set).
+    pub fn set_redial(&mut self, redial: Redial) {
+        self.redial = redial;
+    }
+
+    /// The reconnect setting.
+    pub fn redial(&self) -> Redial {
+        self.redial
+    }
+
+    /// The reconnect schedule's counts.
+    pub fn redial_stats(&self) -> RedialStats {
+        self.dials.stats
+    }
+
+    /// The peers lost to a fault and being dialled again now.
+    pub fn redialling(&self) -> impl Iterator<Item = u64> + '_ {
+        self.dials.peers()
+    }
+
+    /// Tells every proven peer, now and on every later connection, that this node listens at
+    /// `addr` (an ADDRESS frame), so that it can dial this node again after a fault; `None`:
+    /// tell nothing more.
+    pub fn set_advertised(&mut self, addr: Option<crate::wire::Address>) {
+        self.advertised = addr;
+        for conn in self.conns.ids() {
+            if self.conns.advertise(conn, addr) {
+                self.actions.push_back(Action::Transmit(conn));
+            }
+        }
+    }
+
+    /// The address this node tells its peers.
+    pub fn advertised(&self) -> Option<crate::wire::Address> {
+        self.advertised
+    }
+
+    /// The adapter opened connection `conn` to carry out [`Action::Dial`] for `peer`: the
+    /// next dial waits while it may still prove to be the peer.
+    pub fn dial_started(&mut self, peer: u64, conn: ConnId) {
+        self.dials.started(peer, conn);
+        self.conns.mark_redial(conn);
     }
 
     /// The connections.
@@ -215,8 +267,9 @@ impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, 
         io: X,
     ) -> ConnId {
         let (live, layout) = (self.live.now(), self.registry.layout());
-        self.conns
-            .add(key, role, identity, layout, now_ms, live, io)
+        let conn = (self.conns).add(key, role, identity, layout, now_ms, live, io);
+        self.conns.advertise(conn, self.advertised);
+        conn
     }
 
     /// Registers library `name`; routes to it are looked up from now on.
@@ -323,7 +376,12 @@ impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, 
             LinkState::Superseded { until_ms } => Some(until_ms),
             LinkState::Down(_) => None,
         });
+        let dials = match self.redial {
+            Redial::Dial(_) => self.dials.next_ms(),
+            Redial::Off | Redial::Report => None,
+        };
         conns
+            .chain(dials)
             .chain(self.ops.next_due(self.conns.epoch()))
             .chain(self.unpins.next_due())
             .chain(sweep.and_then(Sweep::next_ms))
@@ -408,6 +466,10 @@ pub use libraries::{AmDelivery, Libraries, Library};
 mod ops;
 #[cfg(feature = "alloc")]
 pub use ops::{Ending, Loss, Next, Op, Ops, Outcome, Pending, Request, Waits};
+#[cfg(feature = "alloc")]
+mod redial;
+#[cfg(feature = "alloc")]
+pub use redial::{is_fault, Backoff, Redial, RedialStats, DIALS_MAX};
 #[cfg(feature = "alloc")]
 mod sends;
 #[cfg(feature = "alloc")]

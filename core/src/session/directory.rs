@@ -101,6 +101,57 @@ impl<const CAP: usize> Session<CAP> {
         }
         Ok(None)
     }
+
+    /// The peer's ADDRESS (only from a proven peer: the dispatch refuses it earlier). A later
+    /// one replaces it: a peer that moved its listener tells again.
+    pub(super) fn on_address(&mut self, a: wire::Address) -> Result<Option<Event>, SessionError> {
+        self.peer_addr = Some(a);
+        Ok(None)
+    }
+
+    /// This side's ADDRESS, once the peer is proven (a stranger never learns it from us).
+    pub(super) fn transmit_address(
+        &mut self,
+        buf: &mut [u8],
+    ) -> Result<Option<usize>, SessionError> {
+        match self.advertised {
+            Some(a) if !self.addr_sent && self.phase == Phase::Established => {
+                let n = Frame::Address(a).encode(buf)?;
+                self.addr_sent = true;
+                Ok(Some(n))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Tells the peer (once it is proven, again if it changed) that this side listens at
+    /// `addr`, so that it can dial this side again after a fault; `None`: tell nothing.
+    /// `true` if it changed.
+    pub fn set_advertised(&mut self, addr: Option<wire::Address>) -> bool {
+        let changed = addr != self.advertised;
+        if changed {
+            self.advertised = addr;
+            self.addr_sent = false;
+        }
+        changed
+    }
+
+    /// Where the peer says it listens (its latest ADDRESS), once it is proven.
+    pub fn peer_addr(&self) -> Option<wire::Address> {
+        self.peer_addr
+    }
+
+    /// Where to dial the peer after a fault, if this side is the one that dials: exactly one
+    /// side of a pair does, so that a reconnect is never two crossing redials. It is the side
+    /// with the lower token, unless that side told no address of its own (then the peer,
+    /// which cannot dial it, waits for nothing and this side dials) — `None` if the peer told
+    /// no address or the peer is the one to dial.
+    pub fn redial_addr(&self) -> Option<wire::Address> {
+        let peer = self.peer?;
+        let told = self.advertised.is_some() && self.addr_sent;
+        self.peer_addr
+            .filter(|_| self.local_token < peer.token || !told)
+    }
 }
 
 /// The peer's name → id table. Bounded by `CAP` entries.

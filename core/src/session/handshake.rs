@@ -40,6 +40,26 @@ impl<const CAP: usize> Session<CAP> {
         Some(opener == self.local_token.min(peer.token))
     }
 
+    /// Marks this endpoint as opened to dial back a peer lost to a fault: its HELLO says so
+    /// ([`wire::Hello::redial`]), and the peer keeps it over any older connection to this
+    /// process. No effect once the HELLO went out.
+    pub fn mark_redial(&mut self) {
+        if !self.hello_sent {
+            self.redial = true;
+        }
+    }
+
+    /// Whether this side's HELLO said it redials.
+    pub fn redials(&self) -> bool {
+        self.redial && self.hello_sent
+    }
+
+    /// Whether the peer's HELLO said it redials (it lost every other connection to this
+    /// process).
+    pub fn peer_redials(&self) -> bool {
+        self.peer_redials
+    }
+
     /// The peer's HELLO: the layout and its key checked, its name table taken.
     pub(super) fn on_hello(&mut self, h: wire::Hello<'_>) -> Result<Option<Event>, SessionError> {
         if h.fingerprint != self.fingerprint {
@@ -64,6 +84,7 @@ impl<const CAP: usize> Session<CAP> {
             dir.insert(id, name)?;
         }
         self.directory = dir;
+        self.peer_redials = h.redial;
         self.claim = Some((
             Party {
                 public_key: h.public_key,
@@ -136,6 +157,9 @@ impl<const CAP: usize> Session<CAP> {
                 &self.local.public_key,
                 &self.local.nonce,
             )?;
+            if self.redial {
+                enc.redial();
+            }
             let mut told = [0u32; CAP];
             let mut result = Ok(());
             registry.for_each_live(|token, name| {

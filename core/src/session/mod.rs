@@ -20,6 +20,9 @@
 //!    a tag that a receive tied to the peer takes, except by guessing: `2^-bits` per message
 //!    (`bits` = the layout's pair width, 24 by default). [`Session::route`] routes only once
 //!    the peer's value is in.
+//!    Each side also tells the proven peer where it listens, if it was given an address to
+//!    tell ([`Session::set_advertised`]; an ADDRESS frame): what the engine dials to reach the
+//!    peer again after a fault.
 //! 4. Afterwards the session keeps the peer in sync with the local registry: it compares what it
 //!    has told the peer with the registry (by generation) and emits WITHDRAW / ANNOUNCE for the
 //!    differences. Keeping state instead of an event queue bounds memory and never drops a change.
@@ -292,6 +295,14 @@ pub struct Session<const CAP: usize = 256> {
     ping_queued: bool,
     pings_made: u32,
     pong_owed: Option<u32>,
+    /// Where this side listens, told to the peer once it is proven (and whether it was), and
+    /// where the peer says it listens.
+    advertised: Option<wire::Address>,
+    addr_sent: bool,
+    peer_addr: Option<wire::Address>,
+    /// This side's HELLO says it redials (set before it goes out), and the peer's said so.
+    redial: bool,
+    peer_redials: bool,
 }
 
 impl<const CAP: usize> Session<CAP> {
@@ -331,6 +342,11 @@ impl<const CAP: usize> Session<CAP> {
             ping_queued: false,
             pings_made: 0,
             pong_owed: None,
+            advertised: None,
+            addr_sent: false,
+            peer_addr: None,
+            redial: false,
+            peer_redials: false,
         }
     }
 
@@ -451,6 +467,13 @@ impl<const CAP: usize> Session<CAP> {
             // it before pinging again, so a newer PING replaces an unanswered one.
             (Phase::Proving | Phase::Established, Frame::Ping { seq }) => self.on_ping(seq),
             (Phase::Established, Frame::Pair { value }) => self.on_pair(value),
+            (Phase::Established, Frame::Address(a)) => self.on_address(a),
+            (Phase::Connecting | Phase::Proving, Frame::Address(_)) => {
+                Err(SessionError::Unexpected {
+                    frame: "ADDRESS",
+                    why: "it arrived before the peer proved itself",
+                })
+            }
             (Phase::Connecting | Phase::Proving, Frame::Pair { .. }) => {
                 Err(SessionError::Unexpected {
                     frame: "PAIR",
@@ -487,12 +510,15 @@ impl<const CAP: usize> Session<CAP> {
             }
             _ => {}
         }
-        // In this order: the handshake, the pair value, the heartbeat, acknowledgements owed,
+        // In this order: the handshake, the pair value, the listener's address, the heartbeat, acknowledgements owed,
         // then the registry's changes.
         if let Some(n) = self.transmit_handshake(registry, buf)? {
             return Ok(Some(n));
         }
         if let Some(n) = self.transmit_pair(buf)? {
+            return Ok(Some(n));
+        }
+        if let Some(n) = self.transmit_address(buf)? {
             return Ok(Some(n));
         }
         if let Some(n) = self.transmit_heartbeat(buf)? {

@@ -112,6 +112,43 @@ fn routes_wait_for_the_peers_pair_value_and_bad_pairs_are_refused() {
 }
 
 #[test]
+fn the_listener_address_goes_only_to_a_proven_peer_and_is_taken_only_from_one() {
+    let (ra, rb) = (reg(), reg());
+    let addr = wire::Address::Ip("10.0.0.7:4242".parse().unwrap());
+    let mut buf = vec![0u8; wire::MAX_FRAME_LEN];
+    // before the peer is proven, an ADDRESS is refused
+    let mut c = Session::<64>::new(Role::Acceptor, &ident(20), rb.layout());
+    let n = Frame::Address(addr).encode(&mut buf).unwrap();
+    assert!(matches!(
+        c.handle(&buf[..n]),
+        Err(SessionError::Unexpected {
+            frame: "ADDRESS",
+            ..
+        })
+    ));
+    // told once established (not in the handshake), and again when it changes
+    let mut a = Session::new(Role::Initiator, &ident(10), ra.layout());
+    let mut b = Session::new(Role::Acceptor, &ident(20), rb.layout());
+    a.set_advertised(Some(addr));
+    let n = a.poll_transmit(&ra, &mut buf).unwrap().unwrap();
+    assert!(matches!(wire::decode(&buf[..n]), Ok(Frame::Hello(_))));
+    b.handle(&buf[..n]).unwrap();
+    assert_eq!(
+        a.poll_transmit(&ra, &mut buf).unwrap(),
+        None,
+        "b not proven"
+    );
+    settle(&mut a, &ra, &mut b, &rb);
+    assert_eq!(b.peer_addr(), Some(addr));
+    assert_eq!(a.peer_addr(), None, "b told nothing");
+    let moved = wire::Address::Local(9);
+    assert!(a.set_advertised(Some(moved)));
+    assert!(!a.set_advertised(Some(moved)));
+    settle(&mut a, &ra, &mut b, &rb);
+    assert_eq!(b.peer_addr(), Some(moved));
+}
+
+#[test]
 fn a_ping_is_answered_once_and_one_waits_at_a_time() {
     let (ra, rb) = (reg(), reg());
     let mut a: Session<64> = Session::new(Role::Initiator, &ident(10), ra.layout());
