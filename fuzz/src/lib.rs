@@ -138,6 +138,9 @@ pub enum Op {
     /// Side A (or B) gives its peer a pair value (what the engine does once the peer is
     /// proven; ignored before, and any value after the first).
     Grant { b_side: bool, value: u16 },
+    /// Side A (or B) tells its peer where it listens (port `port` on 10.0.0.1; 0: stops
+    /// telling), as a node does when proven and again when its address changes.
+    Advertise { b_side: bool, port: u16 },
 }
 
 /// Input of `session`.
@@ -195,6 +198,8 @@ pub fn check_session(input: &SessionInput) {
     let mut sa: Session<32> = Session::new(Role::Initiator, &ia, ra.layout());
     let mut sb: Session<32> = Session::new(Role::Acceptor, &ib, rb.layout());
     let mut victim: Session<32> = Session::new(Role::Acceptor, &ib, rb.layout());
+    // The address each side tells now (`None`: none, or it stopped telling).
+    let mut told: [Option<wire::Address>; 2] = [None, None];
     let mut buf = vec![0u8; wire::MAX_FRAME_LEN];
 
     for op in input.ops.iter().take(256) {
@@ -277,6 +282,13 @@ pub fn check_session(input: &SessionInput) {
                 assert!(!(queued && waiting), "a second PING while one waits");
                 assert_eq!(queued, s.is_established() && !waiting);
             }
+            Op::Advertise { b_side, port } => {
+                let s = if b_side { &mut sb } else { &mut sa };
+                let addr = (port != 0)
+                    .then(|| wire::Address::Ip(std::net::SocketAddr::from(([10, 0, 0, 1], port))));
+                s.set_advertised(addr);
+                told[usize::from(b_side)] = addr;
+            }
             Op::Grant { b_side, value } => {
                 let s = if b_side { &mut sb } else { &mut sa };
                 let before = s.pair_granted();
@@ -325,6 +337,13 @@ pub fn check_session(input: &SessionInput) {
     assert!(sa.is_paired() && sb.is_paired(), "a PAIR was lost");
     assert_eq!(sa.peer_pair(), sb.pair_granted());
     assert_eq!(sb.peer_pair(), sa.pair_granted());
+    // Each side knows the address the other tells now (one that stopped telling leaves the
+    // peer with what it told before, if anything).
+    for (peer, now) in [(&sb, told[0]), (&sa, told[1])] {
+        if now.is_some() {
+            assert_eq!(peer.peer_addr(), now, "an address was lost");
+        }
+    }
     // Every PING was answered once everything was delivered.
     assert!(
         !sa.ping_outstanding() && !sb.ping_outstanding(),

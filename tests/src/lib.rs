@@ -90,6 +90,18 @@ pub trait Cluster {
     /// `p` stops calling `progress` for good (stopped, deadlocked) but stays alive: the
     /// transport sees nothing wrong with it.
     fn freeze(&mut self, p: Proc);
+    /// `p`, frozen, calls `progress` again (SIGCONT).
+    fn thaw(&mut self, p: Proc);
+    /// The link between `a` and `b` fails while both live: the mock's fabric cuts it (every
+    /// endpoint between them fails, connecting across fails until [`heal`](Self::heal)); on
+    /// UCX in one process, where loopback cannot be cut, `a`'s endpoints to `b` fail (its
+    /// transport reports them reset) and the link is usable again at once — the real cut and
+    /// heal is `scripts/two-hosts.sh --heal`.
+    fn cut(&mut self, a: Proc, b: Proc);
+    /// The link [`cut`](Self::cut) between `a` and `b` works again.
+    fn heal(&mut self, a: Proc, b: Proc);
+    /// Peers lost to a fault that came back, counted at `p` (the side that dials them).
+    fn reconnects(&self, p: Proc) -> u64;
     /// A legacy library outside tagspace sends a raw tag on the shared endpoint.
     fn legacy_send(&mut self, from: Proc, to: Proc, tag: u64, data: &[u8]);
     /// A legacy library outside tagspace probes `p`'s worker with a raw `(tag, mask)`.
@@ -156,6 +168,8 @@ macro_rules! conformance_suite {
             released_id_is_quarantined_until_peers_confirm,
             released_names_messages_in_flight_never_reach_the_next_owner,
             a_peer_that_stops_progressing_is_cut_off,
+            a_stopped_process_rejoins_when_it_resumes,
+            a_cut_link_reconnects_when_it_heals,
             stray_messages_counted_and_drained,
             peer_failure_mid_stream,
             receives_tied_to_a_dying_peer_end_with_peer_down,

@@ -165,6 +165,22 @@ impl Cluster for MockCluster {
         self.frozen.push(p);
     }
 
+    fn thaw(&mut self, p: Proc) {
+        self.frozen.retain(|&q| q != p);
+    }
+
+    fn cut(&mut self, a: Proc, b: Proc) {
+        self.fabric.partition(ProcessId(a), ProcessId(b));
+    }
+
+    fn heal(&mut self, a: Proc, b: Proc) {
+        self.fabric.heal(ProcessId(a), ProcessId(b));
+    }
+
+    fn reconnects(&self, p: Proc) -> u64 {
+        self.nodes[p].redial_stats().reconnected
+    }
+
     fn hold(&mut self, on: bool) {
         self.fabric.set_hold(on);
     }

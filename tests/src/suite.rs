@@ -475,6 +475,117 @@ pub fn a_peer_that_stops_progressing_is_cut_off<C: Cluster + ?Sized>(c: &mut C) 
     );
 }
 
+/// Sends `payload` from `x` to `y` (a receive tied to `x` posted first) and checks it arrives
+/// once: a second receive for the same payload from `x` finds nothing.
+fn exactly_once<C: Cluster + ?Sized>(c: &mut C, libs: &[Lib], x: Proc, y: Proc, payload: u64) {
+    let want = format!("{payload} from {x} to {y}").into_bytes();
+    let r = c.recv_from(y, libs[y], x, payload);
+    let s = c.send(x, libs[x], y, payload, &want, T);
+    ok(c, x, s);
+    assert_eq!(ok(c, y, r), Some(want), "{x} -> {y}");
+    let again = c.recv_from(y, libs[y], x, payload);
+    for _ in 0..3 {
+        c.advance_ms(100);
+    }
+    assert!(c.take(y, again).is_none(), "{x} -> {y}: delivered twice");
+}
+
+/// Advances time in `step_ms` steps, at most `steps`, until `done`; whether it got there.
+fn advance_until<C: Cluster + ?Sized>(
+    c: &mut C,
+    step_ms: u64,
+    steps: usize,
+    mut done: impl FnMut(&C) -> bool,
+) -> bool {
+    for _ in 0..steps {
+        if done(c) {
+            return true;
+        }
+        c.advance_ms(step_ms);
+    }
+    done(c)
+}
+
+/// A process stopped (SIGSTOP) past the heartbeat's timeout is cut off by its peers; when it
+/// resumes it rejoins by itself — one side of each pair dials the other back (the lower
+/// token's, both having told their listener's address), the same identities prove
+/// themselves again — and traffic resumes, exactly once each way. What was sent to it while
+/// it was away failed (`PeerDown`); nothing is retransmitted. The stopped process is the
+/// middle token of three, so it is the dialler towards one peer and the dialled towards the
+/// other.
+pub fn a_stopped_process_rejoins_when_it_resumes<C: Cluster + ?Sized>(c: &mut C) {
+    let mut p = mesh(c, 3);
+    let libs: Vec<Lib> = p.iter().map(|&q| c.register(q, "dask").unwrap()).collect();
+    p.sort_by_key(|&q| crate::identity(q).token());
+    let (lo, z, hi) = (p[0], p[1], p[2]);
+    c.settle();
+    exactly_once(c, &libs, lo, z, 1);
+    c.freeze(z);
+    let cut_off = advance_until(c, 1000, 40, |c| {
+        c.live_connections(lo, z) == 0 && c.live_connections(hi, z) == 0
+    });
+    assert!(cut_off, "the stopped process was not cut off");
+    assert_eq!(c.live_connections(lo, hi), 1, "the others keep theirs");
+    let lost = c.send(lo, libs[lo], z, 2, b"while stopped", T);
+    assert!(
+        matches!(wait(c, lo, lost, ROUNDS), Some(Err(_))),
+        "a send to a process cut off did not fail"
+    );
+    c.thaw(z);
+    let back = advance_until(c, 500, 80, |c| {
+        [(lo, z), (z, lo), (hi, z), (z, hi)]
+            .iter()
+            .all(|&(x, y)| c.live_connections(x, y) == 1)
+    });
+    assert!(back, "the resumed process did not rejoin both peers");
+    for (x, y) in [(lo, z), (z, lo), (hi, z), (z, hi)] {
+        exactly_once(c, &libs, x, y, 3);
+    }
+    let r = c.recv_from(z, libs[z], lo, 2);
+    c.advance_ms(1000);
+    assert!(c.take(z, r).is_none(), "what failed while stopped arrived");
+    assert!(
+        c.reconnects(lo) + c.reconnects(z) >= 2,
+        "each pair came back by a dial"
+    );
+}
+
+/// The link between two processes fails while both live: each sees the other go, the
+/// process beside them keeps both, and once the link works again the pair reconnects by
+/// itself (the lower token dials) and traffic resumes exactly once each way.
+pub fn a_cut_link_reconnects_when_it_heals<C: Cluster + ?Sized>(c: &mut C) {
+    let mut p = mesh(c, 3);
+    let libs: Vec<Lib> = p.iter().map(|&q| c.register(q, "dask").unwrap()).collect();
+    c.settle();
+    let bystander = p.pop().unwrap();
+    let (a, b) = (p[0], p[1]);
+    exactly_once(c, &libs, a, b, 1);
+    c.cut(a, b);
+    c.settle();
+    assert_eq!(c.live_connections(a, b), 0, "the cut was not seen");
+    let lost = c.send(a, libs[a], b, 2, b"across the cut", T);
+    assert!(
+        matches!(wait(c, a, lost, ROUNDS), Some(Err(_))),
+        "a send across a cut link did not fail"
+    );
+    for q in [a, b] {
+        assert_eq!(
+            c.live_connections(q, bystander),
+            1,
+            "{q} lost the bystander"
+        );
+    }
+    c.advance_ms(2000);
+    c.heal(a, b);
+    let back = advance_until(c, 1000, 60, |c| {
+        c.live_connections(a, b) == 1 && c.live_connections(b, a) == 1
+    });
+    assert!(back, "the pair did not reconnect");
+    exactly_once(c, &libs, a, b, 3);
+    exactly_once(c, &libs, b, a, 4);
+    assert!(c.reconnects(a) + c.reconnects(b) >= 1);
+}
+
 /// R7: a released id is not handed out again until the peers told about it have confirmed
 /// that nothing more can arrive for it; then what did arrive is drained as strays, so a message
 /// sent to the old name never reaches the name that takes the id next.

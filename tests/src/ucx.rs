@@ -301,6 +301,21 @@ impl Cluster for UcxCluster {
         self.frozen.push(p);
     }
 
+    fn thaw(&mut self, p: Proc) {
+        self.frozen.retain(|&q| q != p);
+    }
+
+    fn cut(&mut self, a: Proc, b: Proc) {
+        let peer = Self::token(b);
+        self.node(a).fail_link_for_test(peer);
+    }
+
+    fn heal(&mut self, _a: Proc, _b: Proc) {}
+
+    fn reconnects(&self, p: Proc) -> u64 {
+        self.nodes[p].as_ref().map_or(0, |n| n.stats().reconnects)
+    }
+
     fn hold(&mut self, _on: bool) {}
 
     fn kill(&mut self, p: Proc) {
