@@ -9,19 +9,26 @@
 # see PeerDown on both sides (printed: the time from the cut to each PeerDown), every pair
 # within a host must finish exactly once, and nothing may be misdelivered.
 #
-#   scripts/two-hosts.sh [--procs N] [--messages M] [--no-cut] [--ucx bundled|system|wheel]
+# --heal: the recovery job instead (`tagspace-demo faults`): a round of messages, the link cut
+# for --away seconds (default 15), then back up; every pair across must see PeerDown, then
+# PeerUp again with nobody reconnecting by hand (the nodes dial back the peers they lost), and
+# a second round must arrive exactly once. The verdict line starts with OK.
+#
+#   scripts/two-hosts.sh [--procs N] [--messages M] [--no-cut | --heal [--away S]] [--ucx bundled|system|wheel]
 #
 # Needs root (ip netns, unshare, nsenter); without it, says so and exits 0.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-procs=4 messages=200 cut=1 ucx=bundled
+procs=4 messages=200 cut=1 heal=0 away=15 ucx=bundled
 while [ $# -gt 0 ]; do
   case "$1" in
     --procs) procs=$2; shift ;;
     --messages) messages=$2; shift ;;
     --no-cut) cut=0 ;;
+    --heal) heal=1 ;;
+    --away) away=$2; shift ;;
     --ucx) ucx=$2; shift ;;
-    *) echo "usage: scripts/two-hosts.sh [--procs N] [--messages M] [--no-cut] [--ucx bundled|system|wheel]" >&2; exit 2 ;;
+    *) echo "usage: scripts/two-hosts.sh [--procs N] [--messages M] [--no-cut | --heal [--away S]] [--ucx bundled|system|wheel]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -89,7 +96,13 @@ SPAWN
 chmod +x "$dir/spawn"
 
 args=(--procs "$procs" --messages "$messages" --transport shm --hosts 2 --spawn-via "$dir/spawn")
-[ "$cut" -eq 0 ] || args+=(--cut-link "ip -n $nsa link set $va down")
+if [ "$heal" -eq 1 ]; then
+  [ "$messages" -le 10000 ] || args[3]=10000
+  args=(faults "${args[@]}" --away "$away" --cut-link "ip -n $nsa link set $va down"
+    --heal-link "ip -n $nsa link set $va up")
+elif [ "$cut" -eq 1 ]; then
+  args+=(--cut-link "ip -n $nsa link set $va down")
+fi
 echo "two hosts: processes 0..$((procs / 2 - 1)) on tagspace-host-0 (10.250.0.1), the rest on tagspace-host-1 (10.250.0.2)"
 # An idle connection across the cut is noticed by TCP keepalive (UCX sets it on its sockets):
 # after KEEPIDLE, KEEPCNT probes KEEPINTVL apart.

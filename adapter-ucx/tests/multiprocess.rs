@@ -9,6 +9,15 @@ use std::process::Command;
 /// must be the version it reports loading: `scripts/ucx-matrix.sh` runs these tests against
 /// each supported UCX that way. Otherwise it loads what cargo put on the path (ucx1-sys's build).
 fn demo(args: &[&str]) -> String {
+    run(&[&["--messages", "40"], args].concat(), "OK: every message")
+}
+
+/// Runs the recovery job (`tagspace-demo faults`), as [`demo`] runs the demo.
+fn faults(args: &[&str]) -> String {
+    run(&[&["faults", "--messages", "40"], args].concat(), "\nOK: ")
+}
+
+fn run(args: &[&str], verdict: &str) -> String {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tagspace-demo"));
     match std::env::var("TAGSPACE_DEMO_UCX_LIB") {
         Ok(lib) if lib.is_empty() => {
@@ -19,18 +28,14 @@ fn demo(args: &[&str]) -> String {
         }
         Err(_) => {}
     }
-    let out = cmd
-        .args(["--messages", "40"])
-        .args(args)
-        .output()
-        .expect("run tagspace-demo");
+    let out = cmd.args(args).output().expect("run tagspace-demo");
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
         "tagspace-demo {args:?} failed\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
     );
-    assert!(stdout.contains("OK: every message"), "{stdout}");
+    assert!(stdout.contains(verdict), "{stdout}");
     if let Ok(v) = std::env::var("TAGSPACE_DEMO_UCX_VERSION") {
         assert!(
             stdout.contains(&format!("UCX {v} loaded")),
@@ -122,6 +127,27 @@ fn a_stopped_process_is_cut_off_by_the_heartbeat() {
     }
 }
 
+/// A process stopped (SIGSTOP) past the heartbeat's timeout, then resumed (SIGCONT) 5 s after:
+/// its peers see it go down, sends to it meanwhile fail with `PeerDown`, and once it resumes
+/// every pair reconnects by itself; a round of messages before and one after arrive exactly
+/// once each, nothing twice.
+#[test]
+fn a_stopped_process_rejoins_when_it_resumes() {
+    for transport in ["tcp", "shm"] {
+        let out = faults(&[
+            "--procs",
+            "3",
+            "--transport",
+            transport,
+            "--stop",
+            "1",
+            "--away",
+            "5",
+        ]);
+        assert!(out.contains("saw PeerUp again"), "{out}");
+    }
+}
+
 /// Bad arguments get a clear message and exit status 2.
 #[test]
 fn bad_arguments_are_refused() {
@@ -129,6 +155,12 @@ fn bad_arguments_are_refused() {
         (&["--procs", "1"][..], "--procs must be 2..=64"),
         (&["--stop", "7"][..], "--stop names no process"),
         (&["--stop", "1", "--kill", "2"][..], "--stop goes without"),
+        (&["faults"][..], "name one fault"),
+        (&["faults", "--stop", "3"][..], "name one fault"),
+        (
+            &["faults", "--procs", "1", "--stop", "0"][..],
+            "--procs must be 2..=32",
+        ),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_tagspace-demo"))
             .args(args)

@@ -18,11 +18,11 @@ const LEGACY_TAG: u64 = 0x42; // namespace field 0: outside tagspace
 const STRAY_ID: u64 = 200;
 const STRAYS_PER_PEER: usize = 5;
 const LEGACY_PER_PEER: usize = 20;
-const LARGE: usize = 64 * 1024;
+pub(crate) const LARGE: usize = 64 * 1024;
 const SMALL: usize = 64;
 const HEADER: usize = 24;
 const WINDOW: usize = 32;
-const TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(60);
 /// The heartbeat's timeout here: well inside TIMEOUT, so that a process whose shared-memory
 /// receive queue a kill left stuck is cut off (and its peers go on) before the demo gives up.
 const LIVENESS_TIMEOUT_MS: u64 = 10_000;
@@ -211,7 +211,7 @@ impl Opts {
     }
 }
 
-fn now_ns() -> u64 {
+pub(crate) fn now_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -222,7 +222,7 @@ fn now_ns() -> u64 {
 }
 
 /// A data message: lib, src, dst, seq, send time, then a pattern the receiver checks.
-fn message(lib: usize, src: usize, dst: usize, seq: usize) -> Vec<u8> {
+pub(crate) fn message(lib: usize, src: usize, dst: usize, seq: usize) -> Vec<u8> {
     let len = if seq % 4 == 3 { LARGE } else { SMALL };
     let mut v = Vec::with_capacity(len);
     v.extend_from_slice(&(lib as u32).to_le_bytes());
@@ -236,7 +236,7 @@ fn message(lib: usize, src: usize, dst: usize, seq: usize) -> Vec<u8> {
 }
 
 /// Checks a received message; `Some(send time)` if it is exactly the expected one.
-fn check(data: &[u8], lib: usize, src: usize, dst: usize, seq: usize) -> Option<u64> {
+pub(crate) fn check(data: &[u8], lib: usize, src: usize, dst: usize, seq: usize) -> Option<u64> {
     if data.len() < HEADER {
         return None;
     }
@@ -269,7 +269,7 @@ struct LibStats {
     lat_large: Vec<u64>,
 }
 
-fn stdin_lines() -> mpsc::Receiver<String> {
+pub(crate) fn stdin_lines() -> mpsc::Receiver<String> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in std::io::stdin().lock().lines() {
@@ -828,18 +828,59 @@ fn parent(o: &Opts) -> Result<(), String> {
          loaded (API {}.{} built), transport {}",
         o.procs, o.messages, UCX_API_BUILT.0, UCX_API_BUILT.1, o.transport
     );
+    let (mut children, rx) = spawn_children(o.procs, o.spawn_via.as_deref(), |i| {
+        (o.host_of(i), {
+            let mut args = o.to_args();
+            args.extend(["--peer".into(), i.to_string()]);
+            args
+        })
+    })?;
+    let result = run_parent(o, &mut children, &rx);
+    if let Some(c) = o.stop.and_then(|i| children.get_mut(i)) {
+        let _ = c.kill(); // stopped for good: SIGKILL still ends it
+    }
+    for c in &mut children {
+        if let Some(stdin) = c.stdin.as_mut() {
+            let _ = writeln!(stdin, "EXIT");
+        }
+    }
+    let mut exit_failures = Vec::new();
+    for (i, c) in children.iter_mut().enumerate() {
+        if let Err(why) = wait_child(c, Duration::from_secs(10)) {
+            if Some(i) != o.kill && Some(i) != o.stop {
+                exit_failures.push(format!("process {i}: {why}"));
+            }
+        }
+    }
+    let reports = result?;
+    if !exit_failures.is_empty() {
+        return Err(format!("not a clean exit: {}", exit_failures.join("; ")));
+    }
+    verdict(o, &reports)
+}
+
+/// The lines each child prints, as `(child, line)`; `(child, None)` when its output ends.
+pub(crate) type ChildLines = mpsc::Receiver<(usize, Option<String>)>;
+
+/// Starts `procs` copies of this executable, child `i` with `args(i)` = (its emulated host,
+/// its arguments) — through `sh -c 'VIA "$@"' - HOST EXE ARGS…` when `via` is given (see
+/// `scripts/two-hosts.sh`) — with piped stdin and a thread forwarding each one's stdout.
+pub(crate) fn spawn_children(
+    procs: usize,
+    via: Option<&str>,
+    args: impl Fn(usize) -> (usize, Vec<String>),
+) -> Result<(Vec<Child>, ChildLines), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let (tx, rx) = mpsc::channel::<(usize, Option<String>)>();
     let mut children: Vec<Child> = Vec::new();
-    for i in 0..o.procs {
-        let mut args = o.to_args();
-        args.extend(["--peer".into(), i.to_string()]);
-        let mut cmd = match &o.spawn_via {
+    for i in 0..procs {
+        let (host, args) = args(i);
+        let mut cmd = match via {
             None => Command::new(&exe),
             Some(via) => {
                 let mut c = Command::new("sh");
                 c.args(["-c", &format!("{via} \"$@\""), "-"])
-                    .arg(o.host_of(i).to_string())
+                    .arg(host.to_string())
                     .arg(&exe);
                 c
             }
@@ -865,32 +906,11 @@ fn parent(o: &Opts) -> Result<(), String> {
         });
         children.push(child);
     }
-    let result = run_parent(o, &mut children, &rx);
-    if let Some(c) = o.stop.and_then(|i| children.get_mut(i)) {
-        let _ = c.kill(); // stopped for good: SIGKILL still ends it
-    }
-    for c in &mut children {
-        if let Some(stdin) = c.stdin.as_mut() {
-            let _ = writeln!(stdin, "EXIT");
-        }
-    }
-    let mut exit_failures = Vec::new();
-    for (i, c) in children.iter_mut().enumerate() {
-        if let Err(why) = wait_child(c, Duration::from_secs(10)) {
-            if Some(i) != o.kill && Some(i) != o.stop {
-                exit_failures.push(format!("process {i}: {why}"));
-            }
-        }
-    }
-    let reports = result?;
-    if !exit_failures.is_empty() {
-        return Err(format!("not a clean exit: {}", exit_failures.join("; ")));
-    }
-    verdict(o, &reports)
+    Ok((children, rx))
 }
 
 /// Waits for a child to exit; `Err` says how it did not exit cleanly.
-fn wait_child(c: &mut Child, limit: Duration) -> Result<(), String> {
+pub(crate) fn wait_child(c: &mut Child, limit: Duration) -> Result<(), String> {
     let start = Instant::now();
     loop {
         match c.try_wait() {

@@ -25,15 +25,25 @@
 //! clock), and exits non-zero if any message reached the wrong namespace, was lost between
 //! live processes, or was delivered twice.
 //!
+//! `tagspace-demo faults …` is the recovery job instead: a process stopped and resumed, or the
+//! link between two emulated hosts cut and healed, and the processes reconnect by themselves
+//! (see `faults.rs`).
+//!
 //! Under `--cfg loom` (the IPC cache's model checks) the crate is built without UCX, so this
 //! binary is then only a stub that says so.
 
 #[cfg(not(loom))]
 mod demo;
+#[cfg(not(loom))]
+mod faults;
 
 #[cfg(not(loom))]
 fn main() -> std::process::ExitCode {
-    demo::main()
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("faults") => faults::main(&args[1..]),
+        _ => demo::main(),
+    }
 }
 
 #[cfg(loom)]

@@ -1,0 +1,668 @@
+//! `tagspace-demo faults`: a fault that heals, and the processes recover by themselves.
+//!
+//! `tagspace-demo faults [--procs N] [--messages M] [--transport tcp|shm] [--away SECS]
+//! (--stop S | --hosts 2 --spawn-via CMD --cut-link CMD --heal-link CMD)` starts N processes
+//! that connect to each other and register one library, then:
+//! 1. round 1: every process sends each other M messages (every fourth 64 KiB, rendezvous),
+//!    received with receives tied to the sender; all must arrive exactly once;
+//! 2. the fault: process S stopped (SIGSTOP), or the link between two emulated hosts cut
+//!    (`scripts/two-hosts.sh --heal`); every pair it separates must see `PeerDown` on each
+//!    side that still runs (the time from the fault is printed);
+//! 3. meanwhile each running process sends one message to each peer it knows is down: it
+//!    must fail with `PeerDown` (nothing is queued for later);
+//! 4. SECS after the fault it heals (SIGCONT, or the link back up): every separated pair must
+//!    see `PeerUp` on both sides again, with nobody reconnecting by hand — the nodes dial back
+//!    the peers they lost (the time from the heal is printed);
+//! 5. round 2 as round 1: exactly once; then nothing is left in any queue (nothing was
+//!    delivered twice, nothing retransmitted).
+//!
+//! The last line is the verdict, starting with `OK` (exit 0) or `FAILED` (exit 1).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::process::{Child, Command, ExitCode};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use tagspace_ucx::node::{
+    Backoff, LibId, Liveness, Node, NodeConfig, NodeError, OpId, PeerEvent, Redial,
+};
+use tagspace_ucx::ucp::{ucx_version, Config};
+
+use super::demo::{
+    check, message, now_ns, spawn_children, stdin_lines, wait_child, ChildLines, LARGE, TIMEOUT,
+};
+
+const USAGE: &str = "usage: tagspace-demo faults [--procs N] [--messages M] [--transport \
+tcp|shm] [--away SECS] (--stop S | --hosts 2 --spawn-via CMD --cut-link CMD --heal-link CMD)";
+
+/// The heartbeat here: a stopped process is cut off within this.
+const LIVENESS: Liveness = Liveness {
+    interval_ms: 500,
+    timeout_ms: 3_000,
+};
+/// How lost peers are dialled back here: soon, and at most 2 s apart.
+const BACKOFF: Backoff = Backoff {
+    first_ms: 200,
+    max_ms: 2_000,
+    give_up_ms: 120_000,
+};
+/// The payload of the sends to a peer known down (step 3).
+const PROBE_PAYLOAD: u64 = 0xf_ffff;
+
+#[derive(Clone, Debug)]
+struct Opts {
+    procs: usize,
+    messages: usize,
+    transport: String,
+    away_s: u64,
+    stop: Option<usize>,
+    hosts: usize,
+    spawn_via: Option<String>,
+    cut_link: Option<String>,
+    heal_link: Option<String>,
+    peer_index: Option<usize>,
+    listen: Option<std::net::IpAddr>,
+}
+
+impl Opts {
+    fn parse(args: &[String]) -> Result<Opts, String> {
+        let mut o = Opts {
+            procs: 3,
+            messages: 40,
+            transport: "tcp".into(),
+            away_s: 6,
+            stop: None,
+            hosts: 1,
+            spawn_via: None,
+            cut_link: None,
+            heal_link: None,
+            peer_index: None,
+            listen: None,
+        };
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let mut value = |what: &str| -> Result<String, String> {
+                it.next().cloned().ok_or(format!("{what} needs a value"))
+            };
+            let num = |what: &str, v: String| -> Result<usize, String> {
+                v.parse().map_err(|_| format!("{what} needs a number"))
+            };
+            match a.as_str() {
+                "--procs" => o.procs = num(a, value(a)?)?,
+                "--messages" => o.messages = num(a, value(a)?)?,
+                "--away" => o.away_s = num(a, value(a)?)? as u64,
+                "--stop" => o.stop = Some(num(a, value(a)?)?),
+                "--hosts" => o.hosts = num(a, value(a)?)?,
+                "--peer" => o.peer_index = Some(num(a, value(a)?)?),
+                "--spawn-via" => o.spawn_via = Some(value(a)?),
+                "--cut-link" => o.cut_link = Some(value(a)?),
+                "--heal-link" => o.heal_link = Some(value(a)?),
+                "--listen" => {
+                    let ip = value(a)?;
+                    o.listen = Some(ip.parse().map_err(|_| format!("--listen: bad IP {ip:?}"))?);
+                }
+                "--transport" => {
+                    o.transport = value(a)?;
+                    if o.transport != "tcp" && o.transport != "shm" {
+                        return Err(format!("unknown transport {:?}", o.transport));
+                    }
+                }
+                other => return Err(format!("unknown argument {other:?}")),
+            }
+        }
+        if !(2..=32).contains(&o.procs) {
+            return Err("--procs must be 2..=32".into());
+        }
+        if o.messages == 0 || o.messages > 10_000 {
+            return Err("--messages must be 1..=10000".into());
+        }
+        if o.peer_index.is_none() {
+            let cut = o.cut_link.is_some() && o.heal_link.is_some() && o.spawn_via.is_some();
+            match (o.stop, cut) {
+                (Some(s), false) if s < o.procs && o.hosts == 1 => {}
+                (None, true) if o.hosts == 2 => {}
+                _ => {
+                    return Err("name one fault: --stop S (a process), or --hosts 2 with \
+                                --spawn-via, --cut-link and --heal-link"
+                        .into())
+                }
+            }
+        }
+        Ok(o)
+    }
+
+    fn host_of(&self, i: usize) -> usize {
+        i * self.hosts / self.procs
+    }
+
+    /// The pairs `(a, b)` the fault separates: `a` must see `b` go down and come back.
+    fn separated(&self) -> Vec<(usize, usize)> {
+        let all = (0..self.procs).flat_map(|a| (0..self.procs).map(move |b| (a, b)));
+        match self.stop {
+            Some(s) => all.filter(|&(a, b)| a != b && (a == s || b == s)).collect(),
+            None => all
+                .filter(|&(a, b)| self.host_of(a) != self.host_of(b))
+                .collect(),
+        }
+    }
+
+    /// Whether process `i` runs during the fault.
+    fn runs(&self, i: usize) -> bool {
+        self.stop != Some(i)
+    }
+}
+
+pub fn main(args: &[String]) -> ExitCode {
+    let o = match Opts::parse(args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("tagspace-demo faults: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let r = if o.peer_index.is_some() {
+        peer(&o)
+    } else {
+        parent(&o)
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            println!("FAILED: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A process.
+
+/// One round's operations in a process: sends by op → peer, receives by op → (peer, seq).
+#[derive(Default)]
+struct Round {
+    n: u64,
+    sends: HashMap<OpId, usize>,
+    recvs: HashMap<OpId, (usize, usize)>,
+    sent: u64,
+    received: u64,
+    failed: Vec<String>,
+}
+
+fn peer(o: &Opts) -> Result<(), String> {
+    let me = o.peer_index.unwrap_or(0);
+    let mut ucx = if o.transport == "shm" {
+        Config::shm()
+    } else {
+        Config::tcp()
+    };
+    ucx.rndv_thresh = Some(8192);
+    let mut cfg = NodeConfig::loopback(ucx);
+    cfg.liveness = Some(LIVENESS);
+    cfg.redial = Redial::Dial(BACKOFF);
+    if let Some(ip) = o.listen {
+        cfg.listen = Some(SocketAddr::new(ip, 0));
+    }
+    let mut node = Node::new(cfg).map_err(|e| e.to_string())?;
+    let lib = node.register("faults").map_err(|e| e.to_string())?;
+    node.listen(lib).map_err(|e| e.to_string())?;
+    let addr = node.listen_addr().map_err(|e| e.to_string())?;
+    println!("ADDR {addr} {:x}", node.token());
+    let input = stdin_lines();
+    let mut peers: Vec<(SocketAddr, u64)> = Vec::new();
+    let mut index: HashMap<u64, usize> = HashMap::new();
+    let mut down: HashSet<usize> = HashSet::new();
+    let mut round: Option<Round> = None;
+    let mut probes: HashMap<OpId, usize> = HashMap::new();
+    let mut probe_errors: Vec<String> = Vec::new();
+    let mut ready = false;
+    loop {
+        if !node.progress() {
+            node.wait(1).map_err(|e| e.to_string())?;
+        }
+        while let Some(ev) = node.peer_event(lib) {
+            let (what, peer) = match ev {
+                PeerEvent::Up { peer } => ("UP", peer),
+                PeerEvent::Down { peer, .. } => ("DOWN", peer),
+            };
+            if let Some(&j) = index.get(&peer) {
+                if what == "UP" {
+                    down.remove(&j);
+                } else {
+                    down.insert(j);
+                }
+                println!("{what} {j} {}", now_ns());
+            }
+        }
+        if !peers.is_empty() && !ready && (0..peers.len()).all(|j| j == me || up(&node, &peers, j))
+        {
+            ready = true;
+            println!("READY");
+        }
+        match input.try_recv() {
+            Ok(line) => {
+                let mut w = line.split_whitespace();
+                match w.next() {
+                    Some("PEERS") => {
+                        for p in w {
+                            let (a, t) = p.split_once(',').ok_or("bad PEERS line")?;
+                            let token = u64::from_str_radix(t, 16).map_err(|_| "bad token")?;
+                            index.insert(token, peers.len());
+                            peers.push((a.parse().map_err(|_| "bad address")?, token));
+                        }
+                        for (j, &(a, _)) in peers.iter().enumerate().take(me) {
+                            node.connect(a)
+                                .map_err(|e| format!("connecting to {j}: {e}"))?;
+                        }
+                    }
+                    Some("ROUND") => {
+                        let n: u64 = w.next().and_then(|n| n.parse().ok()).ok_or("bad ROUND")?;
+                        round = Some(start_round(&mut node, lib, o, me, &peers, n));
+                    }
+                    Some("PROBE") => {
+                        for &j in &down {
+                            let op = node.send(lib, peers[j].1, PROBE_PAYLOAD, vec![0; 8], 5_000);
+                            probes.insert(op, j);
+                        }
+                        if probes.is_empty() {
+                            println!("PROBE 0 0");
+                        }
+                    }
+                    Some("EXIT") => return finish(&mut node, lib),
+                    _ => return Err(format!("unknown command {line:?}")),
+                }
+            }
+            Err(mpsc::TryRecvError::Empty) => {}
+            Err(mpsc::TryRecvError::Disconnected) => return Err("parent went away".into()),
+        }
+        if let Some(r) = &mut round {
+            if advance_round(&mut node, me, r) {
+                println!(
+                    "ROUND {} {} {} {}",
+                    r.n,
+                    r.sent,
+                    r.received,
+                    if r.failed.is_empty() {
+                        "-".to_string()
+                    } else {
+                        r.failed.join(";").replace(' ', "_")
+                    }
+                );
+                round = None;
+            }
+        }
+        if !probes.is_empty() {
+            let done: Vec<OpId> = probes
+                .keys()
+                .copied()
+                .filter(|&op| node.is_done(op))
+                .collect();
+            for op in done {
+                let j = probes.remove(&op).unwrap_or_default();
+                match node.take(op) {
+                    Some(Err(NodeError::PeerDown { .. })) => {}
+                    other => probe_errors.push(format!("to {j}: {other:?}").replace(' ', "_")),
+                }
+                if probes.is_empty() {
+                    let n = down.len();
+                    println!("PROBE {n} {}", n - probe_errors.len().min(n));
+                    for e in probe_errors.drain(..) {
+                        eprintln!("peer {me}: a send to a peer known down: {e}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn up(node: &Node, peers: &[(SocketAddr, u64)], j: usize) -> bool {
+    node.live_connections_to(peers[j].1) > 0
+}
+
+fn start_round(
+    node: &mut Node,
+    lib: LibId,
+    o: &Opts,
+    me: usize,
+    peers: &[(SocketAddr, u64)],
+    n: u64,
+) -> Round {
+    let mut r = Round {
+        n,
+        ..Round::default()
+    };
+    for (j, &(_, token)) in peers.iter().enumerate() {
+        if j == me {
+            continue;
+        }
+        for s in 0..o.messages {
+            let payload = (n << 20) | s as u64;
+            let op = node.recv_from(lib, token, payload, LARGE);
+            r.recvs.insert(op, (j, s));
+            let data = message(n as usize, me, j, s);
+            let op = node.send(lib, token, payload, data, 10_000);
+            r.sends.insert(op, j);
+        }
+    }
+    r
+}
+
+/// Moves round `r` along; `true` once every operation of it finished.
+fn advance_round(node: &mut Node, me: usize, r: &mut Round) -> bool {
+    let done: Vec<OpId> = r
+        .sends
+        .keys()
+        .copied()
+        .filter(|&op| node.is_done(op))
+        .collect();
+    for op in done {
+        let j = r.sends.remove(&op).unwrap_or_default();
+        match node.take(op) {
+            Some(Ok(_)) => r.sent += 1,
+            Some(Err(e)) => r.failed.push(format!("send to {j}: {e}")),
+            None => {}
+        }
+    }
+    let done: Vec<OpId> = r
+        .recvs
+        .keys()
+        .copied()
+        .filter(|&op| node.is_done(op))
+        .collect();
+    for op in done {
+        let (j, s) = r.recvs.remove(&op).unwrap_or_default();
+        match node.take(op) {
+            Some(Ok(Some(data))) if check(&data, r.n as usize, j, me, s).is_some() => {
+                r.received += 1
+            }
+            Some(Ok(_)) => r.failed.push(format!("receive from {j}: wrong message")),
+            Some(Err(e)) => r.failed.push(format!("receive from {j}: {e}")),
+            None => {}
+        }
+    }
+    r.sends.is_empty() && r.recvs.is_empty()
+}
+
+/// What is left in the library's namespace (a second copy of something, or a late message),
+/// then the counts; closes.
+fn finish(node: &mut Node, lib: LibId) -> Result<(), String> {
+    for _ in 0..50 {
+        node.progress();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let m = node.namespace(lib).ok_or("library gone")?.matcher_any();
+    let mut left = 0;
+    while let Ok(Some((_, r))) = node.worker().tag_probe_take(m.tag(), m.mask(), LARGE) {
+        drop(r);
+        left += 1;
+    }
+    let s = node.stats();
+    println!(
+        "DONE {left} {} {} {}",
+        s.reconnects, s.redials, s.redials_given_up
+    );
+    node.shutdown(1000);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The parent.
+
+struct Parent<'a> {
+    o: &'a Opts,
+    children: Vec<Child>,
+    rx: ChildLines,
+    /// Per process, the events seen: (kind, peer) → times (monotonic ns).
+    events: Vec<BTreeMap<(String, usize), Vec<u64>>>,
+}
+
+impl Parent<'_> {
+    fn tell(&mut self, i: usize, line: &str) -> Result<(), String> {
+        let stdin = self.children[i].stdin.as_mut().ok_or("no stdin")?;
+        writeln!(stdin, "{line}").map_err(|e| format!("telling process {i}: {e}"))
+    }
+
+    fn tell_running(&mut self, line: &str) -> Result<(), String> {
+        for i in 0..self.o.procs {
+            if self.o.runs(i) {
+                self.tell(i, line)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The next line within `limit` (an UP or DOWN event is recorded too).
+    fn next(&mut self, limit: Instant) -> Result<(usize, Vec<String>), String> {
+        let left = limit.saturating_duration_since(Instant::now());
+        let (i, line) = self.rx.recv_timeout(left).map_err(|_| "timed out")?;
+        let line = line.ok_or(format!("process {i} ended early"))?;
+        let w: Vec<String> = line.split_whitespace().map(String::from).collect();
+        match w.first().map(String::as_str) {
+            Some(kind @ ("UP" | "DOWN")) if w.len() == 3 => {
+                let (Ok(p), Ok(t)) = (w[1].parse(), w[2].parse()) else {
+                    return Err(format!("process {i}: bad line {line:?}"));
+                };
+                self.events[i].entry((kind.into(), p)).or_default().push(t);
+            }
+            Some("FAILED:") => return Err(format!("process {i}: {line}")),
+            _ => {}
+        }
+        Ok((i, w))
+    }
+
+    /// Waits for one line starting with `what` from each process in `from`.
+    fn collect(&mut self, what: &str, from: &[usize]) -> Result<Vec<Vec<String>>, String> {
+        let limit = Instant::now() + TIMEOUT;
+        let mut got: Vec<Option<Vec<String>>> = vec![None; self.o.procs];
+        while from.iter().any(|&i| got[i].is_none()) {
+            let (i, w) = self
+                .next(limit)
+                .map_err(|e| format!("waiting for {what}: {e}"))?;
+            if w.first().map(String::as_str) == Some(what) {
+                got[i] = Some(w);
+            }
+        }
+        Ok(got.into_iter().map(Option::unwrap_or_default).collect())
+    }
+
+    /// Waits until each separated pair `(a, b)` whose `a` runs has seen `kind` of `b` after
+    /// `since`; the longest wait from `since`, in ms.
+    fn await_events(
+        &mut self,
+        kind: &str,
+        since: u64,
+        pairs: &[(usize, usize)],
+    ) -> Result<f64, String> {
+        let limit = Instant::now() + TIMEOUT;
+        loop {
+            let times: Vec<Option<u64>> = pairs
+                .iter()
+                .map(|&(a, b)| {
+                    let seen = self.events[a].get(&(kind.to_string(), b))?;
+                    seen.iter().copied().find(|&t| t >= since)
+                })
+                .collect();
+            if times.iter().all(Option::is_some) {
+                let worst = times.iter().flatten().map(|t| t - since).max().unwrap_or(0);
+                return Ok(worst as f64 / 1e6);
+            }
+            if let Err(e) = self.next(limit) {
+                let missing: Vec<String> = (pairs.iter().zip(&times))
+                    .filter(|(_, t)| t.is_none())
+                    .map(|(&(a, b), _)| format!("{a} of {b}"))
+                    .collect();
+                return Err(format!("waiting for {kind} ({}): {e}", missing.join(", ")));
+            }
+        }
+    }
+
+    /// A round: every process sends everyone `messages`; all must arrive exactly once.
+    fn round(&mut self, n: u64) -> Result<(), String> {
+        let all: Vec<usize> = (0..self.o.procs).collect();
+        for &i in &all {
+            self.tell(i, &format!("ROUND {n}"))?;
+        }
+        let want = (self.o.messages * (self.o.procs - 1)) as u64;
+        for (i, w) in self.collect("ROUND", &all)?.iter().enumerate() {
+            let num = |k: usize| w.get(k).and_then(|v| v.parse::<u64>().ok());
+            if (num(1), num(2), num(3)) != (Some(n), Some(want), Some(want)) {
+                return Err(format!(
+                    "round {n}: process {i} sent/received {:?}/{:?} of {want}: {}",
+                    num(2),
+                    num(3),
+                    w.get(4).map_or("", String::as_str)
+                ));
+            }
+        }
+        println!(
+            "round {n}: {} messages, each delivered exactly once",
+            want * self.o.procs as u64
+        );
+        Ok(())
+    }
+
+    fn shell(&self, what: &str, cmd: &str) -> Result<(), String> {
+        let st = Command::new("sh")
+            .args(["-c", cmd])
+            .status()
+            .map_err(|e| format!("{what}: {e}"))?;
+        if st.success() {
+            Ok(())
+        } else {
+            Err(format!("{what} failed: {cmd}"))
+        }
+    }
+
+    fn signal(&self, i: usize, sig: &str) -> Result<(), String> {
+        self.shell(
+            &format!("kill {sig}"),
+            &format!("kill {sig} {}", self.children[i].id()),
+        )
+    }
+
+    fn run(&mut self) -> Result<String, String> {
+        let o = self.o;
+        let all: Vec<usize> = (0..o.procs).collect();
+        let addrs = self.collect("ADDR", &all)?;
+        let line: Vec<String> = addrs.iter().map(|w| format!("{},{}", w[1], w[2])).collect();
+        for i in all.clone() {
+            self.tell(i, &format!("PEERS {}", line.join(" ")))?;
+        }
+        self.collect("READY", &all)?;
+        self.round(1)?;
+
+        let pairs = o.separated();
+        let watching: Vec<(usize, usize)> =
+            pairs.iter().copied().filter(|&(a, _)| o.runs(a)).collect();
+        let fault_at = now_ns();
+        let fault = match (o.stop, &o.cut_link) {
+            (Some(s), _) => {
+                self.signal(s, "-STOP")?;
+                format!("process {s} stopped (SIGSTOP)")
+            }
+            (None, Some(cmd)) => {
+                self.shell("--cut-link", cmd)?;
+                "link between the hosts cut".to_string()
+            }
+            (None, None) => unreachable!("parse names a fault"),
+        };
+        println!("{fault}");
+        let down_ms = self.await_events("DOWN", fault_at, &watching)?;
+        println!("every separated pair saw PeerDown within {down_ms:.0} ms of the fault");
+        self.tell_running("PROBE")?;
+        let running: Vec<usize> = all.iter().copied().filter(|&i| o.runs(i)).collect();
+        let (mut probed, mut peer_down) = (0, 0);
+        for w in self.collect("PROBE", &running)? {
+            let num = |k: usize| w.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            (probed, peer_down) = (probed + num(1), peer_down + num(2));
+        }
+        if probed != peer_down || probed < watching.len() as u64 {
+            return Err(format!(
+                "sends to peers known down: {peer_down} of {probed} failed with PeerDown \
+                 ({} pairs separated)",
+                watching.len()
+            ));
+        }
+        println!("{probed} sends to peers known down failed at once with PeerDown");
+        let heal_at_ns = fault_at + o.away_s * 1_000_000_000;
+        std::thread::sleep(Duration::from_nanos(heal_at_ns.saturating_sub(now_ns())));
+        let healed_at = now_ns();
+        match (o.stop, &o.heal_link) {
+            (Some(s), _) => self.signal(s, "-CONT")?,
+            (None, Some(cmd)) => self.shell("--heal-link", cmd)?,
+            (None, None) => unreachable!("parse names a fault"),
+        }
+        println!("healed after {} s", o.away_s);
+        let up_ms = self.await_events("UP", healed_at, &pairs)?;
+        println!("every separated pair saw PeerUp again within {up_ms:.0} ms of the heal");
+        self.round(2)?;
+        for &i in &all {
+            self.tell(i, "EXIT")?;
+        }
+        let (mut reconnects, mut redials) = (0, 0);
+        for (i, w) in self.collect("DONE", &all)?.iter().enumerate() {
+            let num = |k: usize| w.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            if num(1) != 0 {
+                return Err(format!(
+                    "process {i}: {} messages left over (duplicates)",
+                    num(1)
+                ));
+            }
+            reconnects += num(2);
+            redials += num(3);
+        }
+        Ok(format!(
+            "OK: {fault} for {} s: PeerDown within {down_ms:.0} ms, PeerUp again within {up_ms:.0} \
+             ms of the heal ({reconnects} reconnects, {redials} dials), {probed} sends during the \
+             fault failed with PeerDown, rounds before and after exactly once, 0 duplicates",
+            o.away_s
+        ))
+    }
+}
+
+fn parent(o: &Opts) -> Result<(), String> {
+    let (major, minor, release) = ucx_version();
+    println!(
+        "tagspace faults: {} processes, {} messages per peer per round, UCX \
+         {major}.{minor}.{release} loaded, transport {}",
+        o.procs, o.messages, o.transport
+    );
+    let (children, rx) = spawn_children(o.procs, o.spawn_via.as_deref(), |i| {
+        let mut args = vec!["faults".to_string(), "--peer".into(), i.to_string()];
+        for (k, v) in [
+            ("--procs", o.procs.to_string()),
+            ("--messages", o.messages.to_string()),
+            ("--transport", o.transport.clone()),
+            ("--hosts", o.hosts.to_string()),
+        ] {
+            args.extend([k.to_string(), v]);
+        }
+        (o.host_of(i), args)
+    })?;
+    let mut p = Parent {
+        o,
+        children,
+        rx,
+        events: vec![BTreeMap::new(); o.procs],
+    };
+    let result = p.run();
+    if let Some(s) = o.stop {
+        let _ = p.signal(s, "-CONT"); // never leave a stopped process behind
+    }
+    let mut exits = Vec::new();
+    for (i, c) in p.children.iter_mut().enumerate() {
+        if result.is_err() {
+            let _ = c.kill();
+        }
+        if let Err(why) = wait_child(c, Duration::from_secs(10)) {
+            exits.push(format!("process {i}: {why}"));
+        }
+    }
+    let verdict = result?;
+    if !exits.is_empty() {
+        return Err(format!("not a clean exit: {}", exits.join("; ")));
+    }
+    println!("{verdict}");
+    Ok(())
+}
