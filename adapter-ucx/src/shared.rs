@@ -415,6 +415,13 @@ impl SharedNode {
         self.read().node.sends_given_up_on(ep)
     }
 
+    /// The next peer lost to a fault that the host should connect to again: its token and
+    /// where it said it listens
+    /// ([`Node::take_reconnect_needed`](crate::node::Node::take_reconnect_needed)).
+    pub fn take_reconnect_needed(&self) -> Option<(u64, std::net::SocketAddr)> {
+        self.write().node.take_reconnect_needed()
+    }
+
     /// The host's endpoint `ep` failed with UCX status `status`: operations on it fail and the
     /// peer goes down if it was its last connection, at the next [`progress`](Self::progress).
     /// Takes no lock but the event queue's for one push, so the host may call it from its

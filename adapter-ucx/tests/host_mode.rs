@@ -507,3 +507,57 @@ fn frames_before_attach_are_bounded_and_garbage_is_refused() {
     hostile.close(h_ep, &[&hb]);
     hb.close(b_ep, &[&hostile]);
 }
+
+/// On a host's worker a peer lost to a fault is not dialled (the host owns the endpoints): it
+/// is reported to the host once, with where the peer said it listens. Only the side that is to
+/// dial reports: here A, since B told an address and A told none.
+#[test]
+fn a_peer_lost_to_a_fault_is_reported_to_the_host_not_dialled() {
+    let (ha, hb, a_ep, b_ep) = host_pair(
+        &Config::tcp(),
+        sys::ucs_thread_mode_t::UCS_THREAD_MODE_SINGLE,
+    );
+    let hosts = [&ha, &hb];
+    let addr_b: std::net::SocketAddr = "10.9.8.7:13337".parse().unwrap();
+    let cfg_b = NodeConfig {
+        advertise: Some(addr_b),
+        ..host_cfg()
+    };
+    // SAFETY: the hosts' workers outlive the nodes (dropped below, before the hosts).
+    let mut a =
+        unsafe { Node::adopt_with_registry(ha.worker, host_cfg(), HostProgress::Node, registry()) }
+            .unwrap();
+    let mut b =
+        unsafe { Node::adopt_with_registry(hb.worker, cfg_b, HostProgress::Node, registry()) }
+            .unwrap();
+    register_all(&mut a, &[0]);
+    register_all(&mut b, &[0]);
+    // SAFETY: live endpoints, kept until detach / the node's drop.
+    unsafe { a.attach(a_ep, Role::Initiator) }.unwrap();
+    unsafe { b.attach(b_ep, Role::Acceptor) }.unwrap();
+    let (ta, tb) = (a.token(), b.token());
+    until(&hosts, &mut [&mut a, &mut b], "handshake", |n| {
+        n[0].live_connections_to(tb) == 1 && n[1].live_connections_to(ta) == 1
+    });
+    for _ in 0..100 {
+        progress_all(&hosts, &mut [&mut a, &mut b]);
+    }
+    // The host's endpoint to B failed (its error handler reports it).
+    a.peer_failed(a_ep, -25);
+    until(&hosts, &mut [&mut a, &mut b], "A sees B go", |n| {
+        n[0].live_connections_to(tb) == 0
+    });
+    assert_eq!(a.take_reconnect_needed(), Some((tb, addr_b)));
+    assert_eq!(a.take_reconnect_needed(), None, "reported once");
+    assert_eq!(a.stats().redials, 0, "nothing dialled on a host's worker");
+    b.peer_failed(b_ep, -25);
+    until(&hosts, &mut [&mut a, &mut b], "B sees A go", |n| {
+        n[1].live_connections_to(ta) == 0
+    });
+    assert_eq!(
+        b.take_reconnect_needed(),
+        None,
+        "A told no address: B cannot dial it"
+    );
+    drop((a, b));
+}
