@@ -38,8 +38,8 @@ variants=(
   "shm-simultaneous|--procs 4 --transport shm --simultaneous"
   "shm-hostile|--procs 4 --transport shm --hostile 2"
   "shm-stop|--procs 4 --transport shm --stop 1"
-  "tcp-rejoin|faults --procs 4 --transport tcp --stop 2 --away 5"
-  "shm-rejoin|faults --procs 4 --transport shm --stop 1 --away 5"
+  "tcp-rejoin|faults --procs 4 --transport tcp --stop 2 --away 8"
+  "shm-rejoin|faults --procs 4 --transport shm --stop 1 --away 8"
 )
 
 cargo build --release -q -p tagspace-ucx --bin tagspace-demo

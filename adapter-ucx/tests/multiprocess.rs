@@ -127,7 +127,7 @@ fn a_stopped_process_is_cut_off_by_the_heartbeat() {
     }
 }
 
-/// A process stopped (SIGSTOP) past the heartbeat's timeout, then resumed (SIGCONT) 5 s after:
+/// A process stopped (SIGSTOP) past the heartbeat's timeout, then resumed (SIGCONT) 8 s after:
 /// its peers see it go down, sends to it meanwhile fail with `PeerDown`, and once it resumes
 /// every pair reconnects by itself; a round of messages before and one after arrive exactly
 /// once each, nothing twice.

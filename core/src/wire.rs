@@ -3,7 +3,7 @@
 //! never larger than [`MAX_FRAME_LEN`].
 //!
 //! ```text
-//! frame    = magic "TS" | version u8 (=3) | kind u8 | body_len u16 | body      (big endian)
+//! frame    = magic "TS" | version u8 (=4) | kind u8 | body_len u16 | body      (big endian)
 //! HELLO    = fingerprint u64 | role u8 | namespace_bits u8 | public_key [32] | nonce [16]
 //!            (role: bit 0 the role, bit 1 set by a redial: see Hello::redial)
 //!            | count u16 | entry*count
@@ -26,10 +26,10 @@
 //! (kinds 7 and 8) are the heartbeat: a peer that stops answering is cut off with reason
 //! `Unresponsive` (see `Session::ping`). Version 3 added PAIR (kind 9): each side tells the
 //! proven peer which value to put in the layout's pair field, so that the tags of a pair are
-//! unguessable to every other process (see [`crate::session`]). ADDRESS (kind 10, same version:
-//! a peer that does not know it refuses it as an unknown kind, a clear protocol error) tells the
-//! proven peer where the sender listens, so that either side can dial the other again after a
-//! fault ([`Address`]).
+//! unguessable to every other process (see [`crate::session`]). Version 4 added ADDRESS (kind
+//! 10), which tells the proven peer where the sender listens so that it can dial the sender
+//! again after a fault ([`Address`]), and the HELLO's redial flag ([`Hello::redial`]); a
+//! version 3 peer is refused at its HELLO (`UnsupportedVersion`), not after the handshake.
 //!
 //! ```
 //! use tagspace_core::wire::{decode, Frame, WireError};
@@ -49,7 +49,7 @@ use core::fmt;
 /// The two magic bytes at the start of every frame.
 pub const MAGIC: [u8; 2] = *b"TS";
 /// The version this crate speaks.
-pub const VERSION: u8 = 3;
+pub const VERSION: u8 = 4;
 /// Bytes before the body.
 pub const HEADER_LEN: usize = 6;
 /// Bytes of a HELLO before its entries.
@@ -929,15 +929,15 @@ mod tests {
             })
         );
         assert_eq!(
-            decode(b"TS\x03\x03\x00\x06\x00\x01\x00\x00\x00\x00"),
+            decode(b"TS\x04\x03\x00\x06\x00\x01\x00\x00\x00\x00"),
             Err(WireError::ReservedId { id: 1 })
         );
         assert_eq!(
-            decode(b"TS\x03\x02\x00\x03\x00\x00\x00"),
+            decode(b"TS\x04\x02\x00\x03\x00\x00\x00"),
             Err(WireError::ReservedId { id: 0 })
         );
         assert_eq!(
-            decode(b"TS\x03\x04\x00\x01\x09"),
+            decode(b"TS\x04\x04\x00\x01\x09"),
             Ok(Frame::Close {
                 reason: CloseReason::Other(9)
             })
@@ -983,9 +983,9 @@ mod tests {
         let n = Frame::Withdraw { id: 2, seq: 1 }.encode(&mut buf).unwrap();
         assert!(!is_heartbeat(&buf[..n]));
         assert!(!is_heartbeat(b"XX\x02\x07"));
-        assert!(!is_heartbeat(b"TS\x03"));
+        assert!(!is_heartbeat(b"TS\x04"));
         assert_eq!(
-            decode(b"TS\x03\x04\x00\x01\x06"),
+            decode(b"TS\x04\x04\x00\x01\x06"),
             Ok(Frame::Close {
                 reason: CloseReason::Unresponsive
             })

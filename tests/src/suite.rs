@@ -507,12 +507,11 @@ fn advance_until<C: Cluster + ?Sized>(
 }
 
 /// A process stopped (SIGSTOP) past the heartbeat's timeout is cut off by its peers; when it
-/// resumes it rejoins by itself — one side of each pair dials the other back (the lower
-/// token's, both having told their listener's address), the same identities prove
-/// themselves again — and traffic resumes, exactly once each way. What was sent to it while
-/// it was away failed (`PeerDown`); nothing is retransmitted. The stopped process is the
-/// middle token of three, so it is the dialler towards one peer and the dialled towards the
-/// other.
+/// resumes it rejoins by itself — its peers, whose heartbeat cut it off, dial it back, the
+/// same identities prove themselves again — and traffic resumes, exactly once each way. What
+/// was sent to it while it was away failed (`PeerDown`); nothing is retransmitted. The stopped
+/// process is the middle token of three, so that each rank of the redial's connection against
+/// the old one is met.
 pub fn a_stopped_process_rejoins_when_it_resumes<C: Cluster + ?Sized>(c: &mut C) {
     let mut p = mesh(c, 3);
     let libs: Vec<Lib> = p.iter().map(|&q| c.register(q, "dask").unwrap()).collect();
@@ -545,14 +544,14 @@ pub fn a_stopped_process_rejoins_when_it_resumes<C: Cluster + ?Sized>(c: &mut C)
     c.advance_ms(1000);
     assert!(c.take(z, r).is_none(), "what failed while stopped arrived");
     assert!(
-        c.reconnects(lo) + c.reconnects(z) >= 2,
+        c.reconnects(lo) + c.reconnects(z) + c.reconnects(hi) >= 2,
         "each pair came back by a dial"
     );
 }
 
 /// The link between two processes fails while both live: each sees the other go, the
 /// process beside them keeps both, and once the link works again the pair reconnects by
-/// itself (the lower token dials) and traffic resumes exactly once each way.
+/// itself (each side that saw the failure dials; the redials settle on one connection) and traffic resumes exactly once each way.
 pub fn a_cut_link_reconnects_when_it_heals<C: Cluster + ?Sized>(c: &mut C) {
     let mut p = mesh(c, 3);
     let libs: Vec<Lib> = p.iter().map(|&q| c.register(q, "dask").unwrap()).collect();

@@ -128,6 +128,7 @@ impl Node {
             Why::PeerClosed(reason) => {
                 tracing::info!(?peer, ?reason, "peer closed the connection")
             }
+            Why::Refused => tracing::warn!(?peer, "refusing a peer cut off for a protocol error"),
             Why::Superseded | Why::Local => tracing::debug!(?peer, ?why, "closing a connection"),
         }
         let waits = std::mem::take(&mut io.ctl_inflight);
@@ -221,6 +222,12 @@ impl Node {
 
     pub(super) fn on_control(&mut self, key: EpKey, bytes: &[u8]) {
         let Some(i) = self.engine.conns().find(key, |c| c.io.ep.is_some()) else {
+            if let Some(i) = self.engine.conns().find(key, |c| !c.is_open()) {
+                // Its endpoint failed and was closed first: the engine still reads a CLOSE
+                // (the peer closed on purpose; its endpoint's failure was that close).
+                self.on_control_at(i, bytes);
+                return;
+            }
             if self.host.is_some() {
                 // The host may attach this endpoint later: keep the frame (bounded).
                 self.keep_unattached(key, bytes);

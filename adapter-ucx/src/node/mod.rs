@@ -129,7 +129,7 @@ pub const UNATTACHED_FRAMES_MAX: usize = 256;
 // same code): declared there once.
 pub use tagspace_core::engine::{
     Liveness, ACK_TIMEOUT_MS, CLOSED_PIN_LINGER_MS, GONE_PEERS_MAX, HANDSHAKE_TIMEOUT_MS,
-    LIVENESS_TICK_MAX_MS, PROTOCOL_ERRORS_KEPT, SUPERSEDED_LINGER_MS,
+    LIVENESS_TICK_MAX_MS, PROTOCOL_ERRORS_KEPT, REFUSED_MAX, REFUSE_MS, SUPERSEDED_LINGER_MS,
 };
 /// The most inbox messages with a stranger's pair value one [`Node::probe_inbox`] call drops
 /// before it answers `None` (the next call goes on; the stray drain takes them too).

@@ -87,6 +87,9 @@ pub struct NodeStats {
     /// [`UNATTACHED_FRAMES_MAX`](crate::node::UNATTACHED_FRAMES_MAX) /
     /// [`EARLY_BYTES_MAX`](crate::node::EARLY_BYTES_MAX) allow.
     pub unattached_dropped: u64,
+    /// Connections closed as soon as their peer proved itself, because this node had cut that
+    /// peer off for a protocol error less than [`REFUSE_MS`](crate::node::REFUSE_MS) before.
+    pub refused: u64,
     /// Endpoints opened to dial a peer lost to a fault again ([`Redial`](crate::node::Redial)).
     pub redials: u64,
     /// Peers lost to a fault that came back (on a dial from either side).
@@ -113,6 +116,7 @@ pub(super) fn count_close(stats: &mut NodeStats, why: Why) {
         Why::Failed => stats.endpoint_failures += 1,
         // Counted once per peer where the backlog found it (with `backlog_floods`).
         Why::Backlog => {}
+        Why::Refused => stats.refused += 1,
         Why::PeerClosed(_) | Why::Superseded | Why::Local => {}
     }
 }

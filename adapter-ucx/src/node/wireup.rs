@@ -40,9 +40,10 @@ impl Node {
         i
     }
 
-    /// [`Action::Dial`]: on this node's own worker, a connection to where the lost `peer`
-    /// said it listens (the engine waits for it before dialling again); on a host's worker,
-    /// the host is told ([`Node::take_reconnect_needed`]): its endpoints are its own.
+    /// [`Action::Dial`]: a connection to where the lost `peer` said it listens (the engine
+    /// waits for it before dialling again); with [`Redial::Report`] — always on a host's
+    /// worker, whose endpoints are the host's — the peer is queued for
+    /// [`Node::take_reconnect_needed`] instead.
     pub(super) fn dial(&mut self, peer: u64, addr: wire::Address) {
         let wire::Address::Ip(addr) = addr else {
             tracing::warn!(
@@ -52,7 +53,7 @@ impl Node {
             );
             return;
         };
-        if self.host.is_some() {
+        if self.engine.redial() == Redial::Report {
             if self.reconnects.len() == RECONNECTS_KEPT {
                 self.reconnects.pop_front();
             }

@@ -15,8 +15,8 @@
 use alloc::collections::VecDeque;
 
 use super::{
-    is_fault, AfterClose, Charge, Check, ConnId, Control, Ending, Engine, Expiry, LinkState, Loss,
-    OpId, PeerGone, Redial, Waits,
+    dials_after, AfterClose, Backoff, Charge, Check, ConnId, Control, Ending, Engine, Expiry,
+    LinkState, Loss, OpId, PeerGone, Redial, Waits,
 };
 use crate::session::SessionError;
 use crate::wire::CloseReason;
@@ -99,6 +99,9 @@ pub enum Why {
     Backlog,
     /// Its transport failed.
     Failed,
+    /// The peer proved itself while refused: this node cut it off for a protocol error less
+    /// than [`REFUSE_MS`](super::REFUSE_MS) ago.
+    Refused,
     /// It lost a simultaneous connect (P4): its linger ended, or it failed meanwhile (the
     /// peer closed its side, as expected).
     Superseded,
@@ -231,8 +234,22 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
     /// A control frame arrived on connection `conn` at adapter time `now_ms` (P1, P3, P4,
     /// P6; R7's frames). Frames on a connection out of service are ignored.
     pub fn handle_control(&mut self, conn: ConnId, bytes: &[u8], now_ms: u64) {
+        if let Some(c) = self.conns.get(conn) {
+            if let (LinkState::Down(_), Some(peer)) = (c.state(), c.peer()) {
+                // Its transport failed first, then the peer's CLOSE came: if it says the peer
+                // closed on purpose, the failure was that close, and the peer is not dialled.
+                if let Ok(crate::wire::Frame::Close { reason }) = crate::wire::decode(bytes) {
+                    if !matches!(reason, CloseReason::Unresponsive | CloseReason::Superseded) {
+                        self.dials.closed(peer);
+                    }
+                }
+                return;
+            }
+        }
+        self.now_ms = self.now_ms.max(now_ms);
         match self.conns.on_control(conn, bytes, now_ms, &mut self.libs) {
             Control::Handled => {}
+            Control::Refused(reason) => self.cut_off(conn, Some(reason), Why::Refused),
             Control::Established { peer, superseded } => {
                 self.dials.proven(peer, conn);
                 self.actions.push_back(Action::Proven { peer });
@@ -260,7 +277,10 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
             }
             // The session queued a CLOSE naming the reason: it goes out, then the endpoint
             // closes.
-            Control::ProtocolError(e) => self.cut_off(conn, None, Why::ProtocolError(e)),
+            Control::ProtocolError(e) => {
+                self.conns.refuse(conn, CloseReason::ProtocolError, now_ms);
+                self.cut_off(conn, None, Why::ProtocolError(e))
+            }
         }
     }
 
@@ -268,6 +288,7 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
     /// `now_ms` (D5). `false`: the peer is over them and is being cut off (CLOSE with
     /// [`CloseReason::Flood`]); the message is not to be handled.
     pub fn handle_charge(&mut self, conn: ConnId, now_ms: u64, what: Charge) -> bool {
+        self.now_ms = self.now_ms.max(now_ms);
         if self.conns.charge(conn, now_ms, what, self.limits) {
             return true;
         }
@@ -320,6 +341,7 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
     /// heartbeat (a PING due is sent; one unanswered too long closes the connection and ends
     /// what is in flight on it, D3) — and superseded connections whose linger is over (P4).
     pub fn handle_timeout(&mut self, now_ms: u64) {
+        self.now_ms = self.now_ms.max(now_ms);
         for (conn, check) in self.conns.sweep(&mut self.live, now_ms, self.liveness) {
             match check {
                 Check::Expired(why) => {
@@ -335,7 +357,14 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
         for conn in self.conns.take_lingered(now_ms) {
             self.push_close(conn, CloseHow::Orderly, Why::Superseded);
         }
-        if let Redial::Dial(backoff) = self.redial {
+        let (backoff, once) = match self.redial {
+            Redial::Dial(backoff) => (backoff, false),
+            // Reported at the first dial's time: a CLOSE late behind its endpoint's failure
+            // has that long to say the peer closed on purpose.
+            Redial::Report => (Backoff::default(), true),
+            Redial::Off => return,
+        };
+        {
             let mut due = alloc::vec::Vec::new();
             let conns = &self.conns;
             let handshaking = |c: ConnId| {
@@ -343,7 +372,7 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
                     .get(c)
                     .is_some_and(|c| c.is_open() && c.peer().is_none())
             };
-            self.dials.due(now_ms, backoff, handshaking, &mut due);
+            self.dials.due(now_ms, backoff, once, handshaking, &mut due);
             for (peer, addr) in due {
                 self.actions.push_back(Action::Dial { peer, addr });
             }
@@ -410,17 +439,18 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
 
     /// `peer` has no connection left (its last ended for `why`): the receives that said they
     /// wait for it end (it failed) or are cancelled (it closed in order; one already matched
-    /// completes); if a fault took it and it told where it listens, it is dialled again.
+    /// completes); if a fault took it ([`dials_after`]) and it told where it listens, it is
+    /// dialled again (or reported, [`Redial::Report`]).
     fn peer_gone(&mut self, gone: Option<PeerGone<E>>, why: Why) {
-        if let Some(PeerGone { peer, cause, addr }) = gone {
+        if let Some(gone) = gone {
+            let PeerGone { peer, cause, .. } = gone;
             let failed = cause.is_some();
             self.lost(Loss::PeerGone { peer, failed }, peer, cause);
-            match (self.redial, addr) {
-                (Redial::Dial(_), Some(addr)) if is_fault(why) => self.dials.lost(peer, addr),
-                (Redial::Report, Some(addr)) if is_fault(why) => {
-                    self.actions.push_back(Action::Dial { peer, addr })
-                }
-                _ => {}
+            let dial = self.redial != Redial::Off && dials_after(why, gone.told_ours);
+            // Never this node's own address (a peer that told it wants this node to dial
+            // itself).
+            if let Some(addr) = gone.addr.filter(|&a| dial && Some(a) != self.advertised) {
+                self.dials.lost(peer, addr);
             }
         }
     }
@@ -830,12 +860,8 @@ mod tests {
     fn a_peer_lost_to_a_fault_is_dialled_at_its_address_until_it_is_back() {
         use crate::engine::{Backoff, Redial};
         let (mut a, mut b) = two();
-        // exactly one side dials: the lower token's, when both told their address
-        if a.me.token() > b.me.token() {
-            core::mem::swap(&mut a, &mut b);
-        }
         let (addr_a, addr_b) = (wire::Address::Local(11), wire::Address::Local(22));
-        let tb = b.me.token();
+        let (ta, tb) = (a.me.token(), b.me.token());
         a.e.set_advertised(Some(addr_a));
         b.e.set_advertised(Some(addr_b));
         let backoff = Backoff {
@@ -863,7 +889,6 @@ mod tests {
         a.e.handle_failed(i, 5);
         b.e.handle_failed(j, 5);
         assert_eq!(dials(&mut a), [], "dialled on the schedule, not at once");
-        assert_eq!(dials(&mut b), []);
         a.e.handle_timeout(1_000);
         assert_eq!(dials(&mut a), []);
         // (poll_timeout also names the first stray sweep, due at once)
@@ -877,9 +902,8 @@ mod tests {
         a.e.dial_started(tb, i2);
         a.e.handle_timeout(due + 1_000);
         assert_eq!(dials(&mut a), []);
-        b.e.handle_timeout(due + 1_000);
-        assert_eq!(dials(&mut b), [], "the higher token waits to be dialled");
-        assert_eq!(b.e.redialling().count(), 0);
+        // b saw the failure too and dials a on its own schedule; a's dial gets there first
+        assert_eq!(b.e.redialling().collect::<Vec<_>>(), [ta]);
         let j2 = b.e.add_conn(2, Role::Acceptor, &b.me, due, ());
         pump(&mut a, i2, &mut b, j2, due + 1_000);
         assert_eq!(a.e.redialling().count(), 0);
@@ -948,20 +972,23 @@ mod tests {
         assert_eq!(a.e.redial_stats().given_up, 1);
         assert_eq!(a.e.redial_stats().reconnected, 0);
 
-        // With Report, the dialler's adapter is told once, at the loss (host mode).
+        // With Report, the adapter is told once, at the first dial's time (host mode).
         a.e.set_redial(Redial::Report);
         c.e.set_advertised(Some(wire::Address::Local(33)));
         pump(&mut a, i2, &mut c, j2, due);
         c.e.handle_failed(j2, 1);
         a.e.handle_failed(i2, 1);
         let tc = c.me.token();
+        assert_eq!(dials(&mut a), []);
+        a.e.handle_timeout(due);
+        a.e.handle_timeout(due + 200);
         assert_eq!(dials(&mut a), [(tc, wire::Address::Local(33))]);
         a.e.handle_timeout(due + 60_000);
         assert_eq!(dials(&mut a), [], "told once: no schedule");
     }
 
     #[test]
-    fn a_redial_replaces_the_older_connection_where_the_p4_tie_break_would_close_both() {
+    fn a_redial_replaces_the_older_connection_and_equal_ranks_are_all_kept() {
         for redial in [true, false] {
             let (mut a, mut b) = two();
             // a, the dialler, has the higher token (it dials when the lower told no address)
@@ -989,9 +1016,77 @@ mod tests {
                 );
                 assert_eq!((a.e.conns.live_to(tb), b.e.conns.live_to(ta)), (1, 1));
             } else {
-                // control: both connections were opened by the higher token, so P4's
-                // tie-break closes both at b, and a is left with none
-                assert_eq!((a.e.conns.live_to(tb), b.e.conns.live_to(ta)), (0, 0));
+                // control: both were opened by the higher token and rank alike, so b keeps
+                // both (the dead one ends when its heartbeat or transport says so); P4's
+                // tie-break alone used to close both, leaving a with none
+                assert_eq!((a.e.conns.live_to(tb), b.e.conns.live_to(ta)), (1, 2));
+            }
+        }
+    }
+
+    #[test]
+    fn a_close_seen_after_its_endpoints_failure_means_no_dial() {
+        use crate::engine::{Backoff, Redial};
+        for close_arrives in [true, false] {
+            let (mut a, mut b) = two();
+            b.e.set_advertised(Some(wire::Address::Local(22)));
+            a.e.set_redial(Redial::Dial(Backoff::default()));
+            let i = a.e.add_conn(1, Role::Initiator, &a.me, 0, ());
+            let j = b.e.add_conn(1, Role::Acceptor, &b.me, 0, ());
+            pump(&mut a, i, &mut b, j, 0);
+            // b cuts a off on purpose (say a broke the protocol); a sees its endpoint fail
+            // before the CLOSE is read
+            b.e.close(j, Some(CloseReason::ProtocolError));
+            a.e.handle_failed(i, 5);
+            if close_arrives {
+                let mut buf = [0u8; wire::MAX_FRAME_LEN];
+                deliver(&mut b, j, &mut a, i, 0, &mut buf);
+            }
+            a.e.handle_timeout(0);
+            a.e.handle_timeout(1_000);
+            let got = dials(&mut a);
+            if close_arrives {
+                assert_eq!(got, [], "closed on purpose: not dialled");
+            } else {
+                // control: the same failure without the CLOSE is a fault, dialled
+                assert_eq!(got, [(b.me.token(), wire::Address::Local(22))]);
+            }
+        }
+    }
+
+    #[test]
+    fn a_peer_cut_off_for_a_protocol_error_is_refused_when_it_comes_back_then_let_in() {
+        use crate::engine::REFUSE_MS;
+        let (mut a, mut b) = two();
+        let ta = a.me.token();
+        let i = a.e.add_conn(1, Role::Initiator, &a.me, 0, ());
+        let j = b.e.add_conn(1, Role::Acceptor, &b.me, 0, ());
+        pump(&mut a, i, &mut b, j, 0);
+        // a breaks the protocol (a second HELLO, say: here, garbage): b cuts it off
+        b.e.handle_control(j, b"TS garbage", 100);
+        assert!(actions(&mut b).contains(&Action::Close {
+            conn: j,
+            how: CloseHow::Orderly,
+            why: Why::ProtocolError(SessionError::Wire(wire::WireError::UnsupportedVersion(
+                b' '
+            )))
+        }));
+        // a comes back at once (its own redial, or a new connect): refused with the reason
+        for (t, refused) in [(1_000, true), (100 + REFUSE_MS, false)] {
+            let i2 = a.e.add_conn(t as u32, Role::Initiator, &a.me, t, ());
+            let j2 = b.e.add_conn(t as u32, Role::Acceptor, &b.me, t, ());
+            let got = pump(&mut a, i2, &mut b, j2, t);
+            let closed = got[1]
+                .iter()
+                .any(|x| matches!(x, Action::Close { conn, why: Why::Refused, .. } if *conn == j2));
+            assert_eq!(closed, refused, "at {t}");
+            assert_eq!(b.e.conns.live_to(ta), usize::from(!refused), "at {t}");
+            if refused {
+                assert_eq!(
+                    a.e.conns.get(i2).unwrap().closed_for(),
+                    Some(CloseReason::ProtocolError),
+                    "a hears why"
+                );
             }
         }
     }

@@ -27,6 +27,18 @@ pub const SUPERSEDED_LINGER_MS: u64 = 2000;
 /// that a send to one fails at once instead of waiting for a connection (D3, D5).
 pub const GONE_PEERS_MAX: usize = 4096;
 
+/// How long (ms) a peer this node cut off for a protocol error is refused when it proves
+/// itself on a new connection (its own redial, or a new connect): that connection is closed at
+/// once with the same reason. Long enough that a peer which saw its endpoint fail before the
+/// CLOSE that explained it (and so dials back) hears the reason on the next connection. (A
+/// peer cut off for a flood may come back at once: its limits apply again, and a burst is no
+/// reason to keep an honest peer out.)
+pub const REFUSE_MS: u64 = 30_000;
+
+/// How many refused peers a node remembers at once ([`REFUSE_MS`]): beyond it the oldest
+/// refusal is forgotten (D5).
+pub const REFUSED_MAX: usize = 1024;
+
 /// How many control-plane errors from peers a node keeps for [`Connections::protocol_errors`].
 pub const PROTOCOL_ERRORS_KEPT: usize = 64;
 
@@ -202,6 +214,9 @@ impl<K, X, E, const CAP: usize> Link<CAP> for Connection<K, X, E, CAP> {
 pub(crate) enum Control {
     /// Nothing more.
     Handled,
+    /// The connection proved a peer this node cut off for a protocol error less than
+    /// [`REFUSE_MS`] ago: it is to be cut off at once with this reason.
+    Refused(CloseReason),
     /// The connection is established with `peer`. Those in `superseded` lost the tie-break
     /// (P4): each has queued its CLOSE and is out of service; each CLOSE goes out and the
     /// endpoint stays open for the linger ([`Connections::take_lingered`] says when it is
@@ -230,9 +245,10 @@ pub(crate) struct PeerGone<E> {
     pub peer: u64,
     /// The transport's error, if it failed.
     pub cause: Option<E>,
-    /// Where the peer said it listens (on the connection that went last), if this side is
-    /// the one to dial it after a fault ([`Session::redial_addr`]).
+    /// Where the peer said it listens (on any connection), and whether this side told it its
+    /// own address (so that the peer can dial this side).
     pub addr: Option<crate::wire::Address>,
+    pub told_ours: bool,
 }
 
 /// A route cache entry: the peer's route for `ns`'s name, and its tag for payload 0.
@@ -329,6 +345,14 @@ pub struct Connections<K, X, E, const CAP: usize> {
     /// over an orderly close), oldest first in `gone_order`, at most [`GONE_PEERS_MAX`].
     gone: hashbrown::HashMap<u64, Option<E>, TokenHash>,
     gone_order: VecDeque<u64>,
+    /// Per proven peer whose connection ended: where it said it listens, and whether this
+    /// side told it its own address — on any connection, so that a connection that fails
+    /// again before its ADDRESS frames crossed still knows (forgotten with the peer).
+    known: hashbrown::HashMap<u64, (Option<crate::wire::Address>, bool), TokenHash>,
+    /// Peers this node cut off for a protocol error, with the reason
+    /// and until when (adapter time) a connection on which they prove themselves again is
+    /// refused ([`REFUSE_MS`]); at most [`REFUSED_MAX`].
+    refused: hashbrown::HashMap<u64, (CloseReason, u64), TokenHash>,
     protocol_errors: Vec<SessionError>,
     /// The layout's namespace mask (set with the first connection), for the payload check.
     ns_mask: u64,
@@ -437,6 +461,8 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
             serving: hashbrown::HashMap::with_hasher(h),
             gone: hashbrown::HashMap::with_hasher(h),
             gone_order: VecDeque::new(),
+            known: hashbrown::HashMap::with_hasher(h),
+            refused: hashbrown::HashMap::with_hasher(h),
             protocol_errors: Vec::new(),
             ns_mask: u64::MAX,
             pairs: Pairs {
@@ -839,6 +865,11 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
             self.refresh_routes(i, libs);
         }
         let out = match handled {
+            Ok(Some(Event::Established { peer_token }))
+                if self.refused.get(&peer_token).is_some_and(|r| now_ms < r.1) =>
+            {
+                Control::Refused(self.refused[&peer_token].0)
+            }
             Ok(Some(Event::Established { peer_token })) => {
                 // The peer is proven: tell it the value its tags carry here.
                 // (0: every value is held; the peer gets none and never routes here)
@@ -847,7 +878,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
                     e.1 = true;
                 }
                 self.conns[i].session.grant_pair(value);
-                let superseded = self.settle_duplicates(i, peer_token, now_ms);
+                let superseded = self.settle_duplicates(peer_token, now_ms);
                 if self.conns[i].is_open() {
                     self.conns[i].told_up = true;
                     if self.live_to(peer_token) == 1 {
@@ -893,21 +924,11 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         &self.protocol_errors
     }
 
-    /// P4: of several established connections to `peer`, the tie-break's losers are closed
-    /// (their CLOSE queued) and taken out of service to linger; connection `new` (just
-    /// established) wins outright if it is a redial.
-    fn settle_duplicates(&mut self, new: usize, peer: u64, now_ms: u64) -> Vec<ConnId> {
+    /// P4: of several established connections to `peer`, the losers ([`superseded`]) are
+    /// closed (their CLOSE queued) and taken out of service to linger.
+    fn settle_duplicates(&mut self, peer: u64, now_ms: u64) -> Vec<ConnId> {
         let mut losers = Vec::new();
-        // A redial (either side's HELLO says so): the dialler lost every connection to the
-        // peer, so this one replaces the older ones, which are dead or dying on this side.
-        let s = &self.conns[new].session;
-        if s.redials() || s.peer_redials() {
-            losers.extend(
-                (0..self.conns.len()).filter(|&j| j != new && serves(&self.conns[j]) == Some(peer)),
-            );
-        } else {
-            superseded(&self.conns, peer, &mut losers);
-        }
+        superseded(&self.conns, peer, &mut losers);
         for &i in &losers {
             self.conns[i].session.close(CloseReason::Superseded);
             self.linger(i, now_ms);
@@ -968,15 +989,47 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         let was_open = c.is_open();
         c.state = LinkState::Down(cause);
         let (told, peer, reason) = (c.told_up, c.peer(), c.closed_for);
-        let addr = c.session.redial_addr();
+        let (addr, told_ours) = (c.session.peer_addr(), c.session.told_addr());
         self.reindex();
-        let peer = peer.filter(|&p| was_open && told && self.live_to(p) == 0)?;
+        let peer = peer?;
+        let known = self.known.entry(peer).or_insert((None, false));
+        *known = (addr.or(known.0), told_ours || known.1);
+        let (addr, told_ours) = *known;
+        let peer = Some(peer).filter(|&p| was_open && told && self.live_to(p) == 0)?;
         libs.tell(&PeerEvent::Down {
             peer,
             cause,
             reason,
         });
-        Some(PeerGone { peer, cause, addr })
+        Some(PeerGone {
+            peer,
+            cause,
+            addr,
+            told_ours,
+        })
+    }
+
+    /// Connection `id`'s proven peer broke the protocol (`reason`): for [`REFUSE_MS`] from
+    /// `now_ms`, a connection on which it proves itself again is refused.
+    pub(crate) fn refuse(&mut self, id: ConnId, reason: CloseReason, now_ms: u64) {
+        let Some(peer) = self.get(id).and_then(|c| c.peer()) else {
+            return;
+        };
+        if self.refused.len() >= REFUSED_MAX && !self.refused.contains_key(&peer) {
+            self.refused.retain(|_, r| now_ms < r.1);
+            if self.refused.len() >= REFUSED_MAX {
+                let oldest = self
+                    .refused
+                    .iter()
+                    .min_by_key(|(_, r)| r.1)
+                    .map(|(p, _)| *p);
+                if let Some(p) = oldest {
+                    self.refused.remove(&p);
+                }
+            }
+        }
+        self.refused
+            .insert(peer, (reason, now_ms.saturating_add(REFUSE_MS)));
     }
 
     /// Connection `id` was opened to dial back its peer lost to a fault: its HELLO says so
@@ -1133,6 +1186,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
                             self.gone.remove(&oldest);
                             if self.live_to(oldest) == 0 {
                                 self.pairs.forget(oldest);
+                                self.known.remove(&oldest);
                             }
                         }
                     }
@@ -1161,10 +1215,14 @@ fn live_to<const CAP: usize, L: Link<CAP>>(links: &[L], peer: u64) -> usize {
 }
 
 /// P4: when a connection to `peer` has just been established, the connections to it that lose
-/// the simultaneous-connect tie-break (indices into `links`), if more than one serves it. Both
-/// sides compute the same answer from the proven tokens; a lone connection is kept whoever
-/// opened it. The adapter closes each with [`CloseReason::Superseded`] and keeps its endpoint
-/// open for the linger time (see [`AfterClose::Linger`]).
+/// (indices into `links`), if more than one serves it. Each connection has a rank both sides
+/// compute alike from what both saw in the handshake: a redial's (either HELLO says so) beats
+/// any other, then the one opened by the lower token (the simultaneous-connect tie-break); the
+/// connections ranked below the best lose, and connections tied at the best are all kept — so
+/// however the establishments interleave on the two sides, the best is never closed, on
+/// either. A lone connection is kept whoever opened it. The adapter closes each loser with
+/// [`CloseReason::Superseded`] and keeps its endpoint open for the linger time (see
+/// [`AfterClose::Linger`]).
 fn superseded<const CAP: usize, L: Link<CAP>>(
     links: &[L],
     peer: u64,
@@ -1173,9 +1231,18 @@ fn superseded<const CAP: usize, L: Link<CAP>>(
     if live_to(links, peer) < 2 {
         return;
     }
-    out.extend(links.iter().enumerate().filter_map(|(i, l)| {
-        (serves(l) == Some(peer) && l.session().survives_duplicate() == Some(false)).then_some(i)
-    }));
+    let rank = |l: &L| {
+        let s = l.session();
+        Some((s.redials() || s.peer_redials(), s.survives_duplicate()?))
+    };
+    let serving = || {
+        links
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| serves(*l) == Some(peer))
+    };
+    let best = serving().filter_map(|(_, l)| rank(l)).max();
+    out.extend(serving().filter_map(|(i, l)| (rank(l) < best).then_some(i)));
 }
 
 /// One deadline pass over an adapter's connections at adapter time `now_ms`: moves `clock`,
@@ -1431,6 +1498,7 @@ mod tests {
                 peer: tb,
                 cause: Some(5),
                 addr: None,
+                told_ours: false,
             })
         );
         assert!(matches!(

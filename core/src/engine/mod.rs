@@ -94,6 +94,8 @@ pub struct Engine<'r, K, X, T, E, const CAP: usize> {
     owner: QueueOwner,
     /// What the adapter is to do next ([`Engine::poll_action`]).
     actions: actions::Actions<E>,
+    /// The latest adapter time an input carried (for what an input without one records).
+    now_ms: u64,
     /// Whether and how peers lost to a fault are dialled again, and those being dialled.
     redial: Redial,
     dials: redial::Dials,
@@ -124,6 +126,7 @@ impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, 
             sweep: Sweep::new(),
             owner: QueueOwner::Node,
             actions: Default::default(),
+            now_ms,
             redial: Redial::Off,
             dials: redial::Dials::new(TokenHash::new(hash_keys)),
             advertised: None,
@@ -377,8 +380,8 @@ impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, 
             LinkState::Down(_) => None,
         });
         let dials = match self.redial {
-            Redial::Dial(_) => self.dials.next_ms(),
-            Redial::Off | Redial::Report => None,
+            Redial::Dial(_) | Redial::Report => self.dials.next_ms(),
+            Redial::Off => None,
         };
         conns
             .chain(dials)
@@ -450,7 +453,7 @@ mod conns;
 pub use conns::{
     after_peer_close, AfterClose, Blocked, Charge, ConnId, Connection, Connections, LinkState,
     PeerLimits, RouteHit, RouteMiss, TokenHash, TokenHasher, GONE_PEERS_MAX, PROTOCOL_ERRORS_KEPT,
-    SUPERSEDED_LINGER_MS,
+    REFUSED_MAX, REFUSE_MS, SUPERSEDED_LINGER_MS,
 };
 #[cfg(feature = "alloc")]
 use conns::{Control, PeerGone};
@@ -469,7 +472,7 @@ pub use ops::{Ending, Loss, Next, Op, Ops, Outcome, Pending, Request, Waits};
 #[cfg(feature = "alloc")]
 mod redial;
 #[cfg(feature = "alloc")]
-pub use redial::{is_fault, Backoff, Redial, RedialStats, DIALS_MAX};
+pub use redial::{dials_after, Backoff, Redial, RedialStats, DIALS_MAX};
 #[cfg(feature = "alloc")]
 mod sends;
 #[cfg(feature = "alloc")]

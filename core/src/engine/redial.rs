@@ -2,11 +2,17 @@
 //! address it told ([`Frame::Address`](crate::wire::Frame::Address)), with backoff, until it is
 //! back or the node gives up.
 //!
-//! Which losses are faults: the transport failed ([`Why::Failed`]), or the heartbeat found the
-//! peer unresponsive, here ([`Expiry::Unresponsive`]) or there (the peer's CLOSE says
-//! [`CloseReason::Unresponsive`]: this process was the silent one, e.g. stopped). Not a fault:
-//! the peer's orderly close, this side's close, a protocol error or a flood (dialling a peer
-//! that broke the protocol would only repeat it). A peer that comes back is known by its
+//! Which losses are dialled: those this side saw itself — the transport failed
+//! ([`Why::Failed`]), or this side's heartbeat found the peer unresponsive
+//! ([`Expiry::Unresponsive`]) — and, only when this side told the peer no address of its own
+//! (so the peer cannot dial it), the peer's word that *this* side was silent (its CLOSE says
+//! [`CloseReason::Unresponsive`]: e.g. this process was stopped). A peer's word alone never
+//! makes a node that told its address dial: the peer, alive, dials it. Not dialled: the peer's
+//! orderly close, this side's close, a protocol error or a flood (dialling a peer that broke
+//! the protocol would only repeat it), and a failure followed by the peer's CLOSE saying it
+//! closed on purpose (the endpoint's failure was that close, seen first). Both sides may dial
+//! (a cut link): the two redials' connections rank alike on both sides, so one survives. A
+//! peer that comes back is known by its
 //! proven token: the new connection supersedes nothing (the old one is gone), gets the same
 //! pair value ([`Connections::rx_pair`](super::Connections::rx_pair)) and a fresh HELLO, so
 //! the directory is re-announced whole. Nothing is retransmitted: what was in flight when the
@@ -68,14 +74,14 @@ impl Default for Backoff {
 /// told an address and failed is one). A loss beyond it is not dialled (counted).
 pub const DIALS_MAX: usize = 4096;
 
-/// Whether a connection that ended for `why` lost its peer to a fault worth a reconnect.
-pub fn is_fault(why: Why) -> bool {
-    matches!(
-        why,
-        Why::Failed
-            | Why::Expired(Expiry::Unresponsive)
-            | Why::PeerClosed(CloseReason::Unresponsive)
-    )
+/// Whether a peer whose last connection ended for `why` is dialled back (see the module's
+/// documentation); `told_ours`: this side told the peer its own address.
+pub fn dials_after(why: Why, told_ours: bool) -> bool {
+    match why {
+        Why::Failed | Why::Expired(Expiry::Unresponsive) => true,
+        Why::PeerClosed(CloseReason::Unresponsive) => !told_ours,
+        _ => false,
+    }
 }
 
 /// One lost peer being dialled.
@@ -100,7 +106,8 @@ pub struct RedialStats {
     pub reconnected: u64,
     /// Lost peers given up on (`give_up_ms` passed, or a new process proved at their address).
     pub given_up: u64,
-    /// Losses not dialled because [`DIALS_MAX`] peers were being dialled.
+    /// Losses not dialled: [`DIALS_MAX`] peers were being dialled, or another lost peer was
+    /// being dialled at the same address.
     pub refused: u64,
 }
 
@@ -120,10 +127,16 @@ impl Dials {
         }
     }
 
-    /// `peer`, which listens at `addr`, was lost to a fault: dial it on the schedule.
+    /// `peer`, which listens at `addr`, was lost to a fault: dial it on the schedule — unless
+    /// another lost peer is dialled at that address already (one dial per address: two
+    /// processes cannot listen at one address, so one of them lied or restarted).
     pub(crate) fn lost(&mut self, peer: u64, addr: Address) {
         if let Some(d) = self.dials.iter_mut().find(|d| d.peer == peer) {
             d.addr = addr;
+            return;
+        }
+        if self.dials.iter().any(|d| d.addr == addr) {
+            self.stats.refused += 1;
             return;
         }
         if self.dials.len() >= DIALS_MAX {
@@ -151,6 +164,12 @@ impl Dials {
         self.stats.given_up += (before - self.dials.len()) as u64;
     }
 
+    /// `peer` closed on purpose after all (its CLOSE came after its endpoint's failure): not
+    /// dialled.
+    pub(crate) fn closed(&mut self, peer: u64) {
+        self.dials.retain(|d| d.peer != peer);
+    }
+
     /// The adapter opened connection `conn` for the dial of `peer`.
     pub(crate) fn started(&mut self, peer: u64, conn: ConnId) {
         if let Some(d) = self.dials.iter_mut().find(|d| d.peer == peer) {
@@ -159,11 +178,13 @@ impl Dials {
     }
 
     /// The dials due at adapter time `now_ms`, given `first`/`max`/`give_up`; `handshaking`
-    /// says whether a dial's connection may still prove to be its peer.
+    /// says whether a dial's connection may still prove to be its peer. `once`: each loss is
+    /// handed out once, at its first dial's time, and forgotten ([`Redial::Report`]).
     pub(crate) fn due(
         &mut self,
         now_ms: u64,
         backoff: Backoff,
+        once: bool,
         handshaking: impl Fn(ConnId) -> bool,
         out: &mut Vec<(u64, Address)>,
     ) {
@@ -172,7 +193,7 @@ impl Dials {
         self.dials.retain_mut(|d| {
             let since = *d.since_ms.get_or_insert_with(|| {
                 d.wait_ms = backoff.first_ms.max(1);
-                d.next_ms = now_ms + d.wait_ms - jitter(keys, d.peer, d.wait_ms / 2);
+                d.next_ms = now_ms.saturating_add(d.wait_ms - jitter(keys, d.peer, d.wait_ms / 2));
                 now_ms
             });
             if now_ms >= since.saturating_add(backoff.give_up_ms) {
@@ -188,6 +209,9 @@ impl Dials {
                 d.pending = None;
                 stats.dials += 1;
                 out.push((d.peer, d.addr));
+                if once {
+                    return false;
+                }
             }
             true
         });
@@ -237,7 +261,7 @@ mod tests {
         d.lost(7, addr(1));
         assert_eq!(d.next_ms(), Some(0), "a new loss is looked at at once");
         let mut out = Vec::new();
-        d.due(1_000, B, |_| false, &mut out);
+        d.due(1_000, B, false, |_| false, &mut out);
         assert!(
             out.is_empty(),
             "the first dial waits first_ms (less jitter)"
@@ -248,7 +272,7 @@ mod tests {
         let mut now = first;
         while now < 4_000 {
             out.clear();
-            d.due(now, B, |_| false, &mut out);
+            d.due(now, B, false, |_| false, &mut out);
             if !out.is_empty() {
                 assert_eq!(out, [(7, addr(1))]);
                 times.push(now);
@@ -278,13 +302,13 @@ mod tests {
         d.lost(7, addr(1));
         d.lost(8, addr(2));
         let mut out = Vec::new();
-        d.due(0, B, |_| true, &mut out);
-        d.due(100, B, |_| true, &mut out);
+        d.due(0, B, false, |_| true, &mut out);
+        d.due(100, B, false, |_| true, &mut out);
         assert_eq!(out.len(), 2);
         d.started(7, ConnId(1));
         d.started(8, ConnId(2));
         out.clear();
-        d.due(1_000, B, |c| c == ConnId(1), &mut out);
+        d.due(1_000, B, false, |c| c == ConnId(1), &mut out);
         assert_eq!(out, [(8, addr(2))], "7's dial is still handshaking");
         // connection 1 proves to be someone else (7 restarted as 9); 8 comes back itself
         d.proven(9, ConnId(1));
@@ -294,10 +318,37 @@ mod tests {
     }
 
     #[test]
-    fn only_faults_are_redialled() {
-        assert!(is_fault(Why::Failed));
-        assert!(is_fault(Why::Expired(Expiry::Unresponsive)));
-        assert!(is_fault(Why::PeerClosed(CloseReason::Unresponsive)));
+    fn one_dial_per_address_and_report_hands_out_once() {
+        let mut d = Dials::new(TokenHash::new([5, 6]));
+        d.lost(7, addr(1));
+        d.lost(8, addr(1));
+        assert_eq!(d.peers().collect::<Vec<_>>(), [7], "one dial per address");
+        assert_eq!(d.stats.refused, 1);
+        let mut out = Vec::new();
+        d.due(0, B, true, |_| false, &mut out);
+        d.due(100, B, true, |_| false, &mut out);
+        assert_eq!(out, [(7, addr(1))]);
+        assert_eq!(d.peers().count(), 0, "reported once, then forgotten");
+        d.lost(9, addr(2));
+        d.closed(9);
+        assert_eq!(d.peers().count(), 0);
+    }
+
+    #[test]
+    fn only_what_this_side_saw_is_redialled() {
+        for told in [false, true] {
+            assert!(dials_after(Why::Failed, told));
+            assert!(dials_after(Why::Expired(Expiry::Unresponsive), told));
+        }
+        // the peer's word that this side was silent: only if the peer cannot dial this side
+        assert!(dials_after(
+            Why::PeerClosed(CloseReason::Unresponsive),
+            false
+        ));
+        assert!(!dials_after(
+            Why::PeerClosed(CloseReason::Unresponsive),
+            true
+        ));
         for why in [
             Why::PeerClosed(CloseReason::Normal),
             Why::PeerClosed(CloseReason::Flood),
@@ -307,7 +358,7 @@ mod tests {
             Why::Superseded,
             Why::Expired(Expiry::Acks),
         ] {
-            assert!(!is_fault(why), "{why:?}");
+            assert!(!dials_after(why, false), "{why:?}");
         }
     }
 }

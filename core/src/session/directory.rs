@@ -141,16 +141,9 @@ impl<const CAP: usize> Session<CAP> {
         self.peer_addr
     }
 
-    /// Where to dial the peer after a fault, if this side is the one that dials: exactly one
-    /// side of a pair does, so that a reconnect is never two crossing redials. It is the side
-    /// with the lower token, unless that side told no address of its own (then the peer,
-    /// which cannot dial it, waits for nothing and this side dials) — `None` if the peer told
-    /// no address or the peer is the one to dial.
-    pub fn redial_addr(&self) -> Option<wire::Address> {
-        let peer = self.peer?;
-        let told = self.advertised.is_some() && self.addr_sent;
-        self.peer_addr
-            .filter(|_| self.local_token < peer.token || !told)
+    /// Whether this side told the peer where it listens (its ADDRESS went out).
+    pub fn told_addr(&self) -> bool {
+        self.advertised.is_some() && self.addr_sent
     }
 }
 

@@ -37,10 +37,11 @@ use super::demo::{
 const USAGE: &str = "usage: tagspace-demo faults [--procs N] [--messages M] [--transport \
 tcp|shm] [--away SECS] (--stop S | --hosts 2 --spawn-via CMD --cut-link CMD --heal-link CMD)";
 
-/// The heartbeat here: a stopped process is cut off within this.
+/// The heartbeat here: a stopped process is cut off within this (short, so that the job is;
+/// long enough that a loaded 2-core machine's scheduling does not cut off a running one).
 const LIVENESS: Liveness = Liveness {
     interval_ms: 500,
-    timeout_ms: 3_000,
+    timeout_ms: 5_000,
 };
 /// How lost peers are dialled back here: soon, and at most 2 s apart.
 const BACKOFF: Backoff = Backoff {
@@ -72,7 +73,7 @@ impl Opts {
             procs: 3,
             messages: 40,
             transport: "tcp".into(),
-            away_s: 6,
+            away_s: 8,
             stop: None,
             hosts: 1,
             spawn_via: None,
