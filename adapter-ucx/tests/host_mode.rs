@@ -555,7 +555,10 @@ fn a_peer_lost_to_a_fault_is_reported_to_the_host_not_dialled() {
         report = report.or_else(|| n[0].take_reconnect_needed());
         report.is_some()
     });
-    assert!(lost.elapsed() >= Duration::from_millis(90), "reported before its time");
+    assert!(
+        lost.elapsed() >= Duration::from_millis(90),
+        "reported before its time"
+    );
     assert_eq!(report, Some((tb, addr_b)));
     for _ in 0..200 {
         progress_all(&hosts, &mut [&mut a, &mut b]);

@@ -5,6 +5,9 @@
 //! The C program is built here with the system compiler against the system's UCX (Debian 12:
 //! `libucx-dev` 1.13.1, installed by `scripts/install-deps.sh`) and run with the system's libucp;
 //! the node under test runs on the UCX this test binary loaded (ucx1-sys's 1.12.1 under cargo).
+//! `TAGSPACE_HOSTILE_UCX=DIR` builds and runs it on the UCX installed under `DIR` (`include/`,
+//! `lib/`) instead — `scripts/ucx-matrix.sh` runs node and attacker both on 1.22.0 that way (a
+//! 1.13.1 client cannot connect to a 1.22.0 listener).
 
 mod common;
 
@@ -22,7 +25,27 @@ fn hostile_binary() -> PathBuf {
 
 fn build_hostile() -> PathBuf {
     let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/hostile/hostile_peer.c");
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("hostile_peer");
+    let name = match other_ucx() {
+        Some(_) => "hostile_peer-other-ucx",
+        None => "hostile_peer",
+    };
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    if let Some(dir) = other_ucx() {
+        let st = Command::new("cc")
+            .args(["-Wall", "-Werror", "-O1", "-o"])
+            .arg(&out)
+            .arg(src)
+            .arg(format!("-I{dir}/include"))
+            .arg(format!("-L{dir}/lib"))
+            .args(["-lucp", "-lucs"])
+            .status()
+            .expect("cc");
+        assert!(
+            st.success(),
+            "building the hostile peer against {dir} failed"
+        );
+        return out;
+    }
     let flags = Command::new("pkg-config")
         .args(["--cflags", "--libs", "ucx"])
         .output()
@@ -49,14 +72,24 @@ fn node() -> (Node, LibId) {
     (n, lib)
 }
 
-/// Starts the hostile peer against `victim` (with the system's UCX).
+/// `TAGSPACE_HOSTILE_UCX`: the UCX the hostile peer is built and run on, if not the system's.
+fn other_ucx() -> Option<String> {
+    std::env::var("TAGSPACE_HOSTILE_UCX")
+        .ok()
+        .filter(|d| !d.is_empty())
+}
+
+/// Starts the hostile peer against `victim` (with the system's UCX, or `other_ucx`).
 fn attack(victim: &Node, args: &[&str]) -> Child {
     let addr = victim.listen_addr().unwrap();
-    Command::new(hostile_binary())
-        .arg(addr.ip().to_string())
+    let mut cmd = Command::new(hostile_binary());
+    match other_ucx() {
+        Some(dir) => cmd.env("LD_LIBRARY_PATH", format!("{dir}/lib")),
+        None => cmd.env_remove("LD_LIBRARY_PATH"),
+    };
+    cmd.arg(addr.ip().to_string())
         .arg(addr.port().to_string())
         .args(args)
-        .env_remove("LD_LIBRARY_PATH")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
