@@ -142,7 +142,7 @@ fn a_stopped_process_rejoins_when_it_resumes() {
             "--stop",
             "1",
             "--away",
-            "5",
+            "8",
         ]);
         assert!(out.contains("saw PeerUp again"), "{out}");
     }

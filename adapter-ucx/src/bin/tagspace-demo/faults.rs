@@ -49,6 +49,8 @@ const BACKOFF: Backoff = Backoff {
     max_ms: 2_000,
     give_up_ms: 120_000,
 };
+/// What [`Parent::next`] hands out for a process whose output ended.
+const EOF: &str = "<eof>";
 /// The payload of the sends to a peer known down (step 3).
 const PROBE_PAYLOAD: u64 = 0xf_ffff;
 
@@ -437,7 +439,8 @@ impl Parent<'_> {
     fn next(&mut self, limit: Instant) -> Result<(usize, Vec<String>), String> {
         let left = limit.saturating_duration_since(Instant::now());
         let (i, line) = self.rx.recv_timeout(left).map_err(|_| "timed out")?;
-        let line = line.ok_or(format!("process {i} ended early"))?;
+        // A process's output ends when it exits: after its DONE, or early (the caller says).
+        let line = line.unwrap_or_else(|| EOF.to_string());
         let w: Vec<String> = line.split_whitespace().map(String::from).collect();
         match w.first().map(String::as_str) {
             Some(kind @ ("UP" | "DOWN")) if w.len() == 3 => {
@@ -460,8 +463,12 @@ impl Parent<'_> {
             let (i, w) = self
                 .next(limit)
                 .map_err(|e| format!("waiting for {what}: {e}"))?;
-            if w.first().map(String::as_str) == Some(what) {
-                got[i] = Some(w);
+            match w.first().map(String::as_str) {
+                Some(k) if k == what => got[i] = Some(w),
+                Some(EOF) if got[i].is_none() => {
+                    return Err(format!("waiting for {what}: process {i} ended early"))
+                }
+                _ => {}
             }
         }
         Ok(got.into_iter().map(Option::unwrap_or_default).collect())
@@ -488,7 +495,11 @@ impl Parent<'_> {
                 let worst = times.iter().flatten().map(|t| t - since).max().unwrap_or(0);
                 return Ok(worst as f64 / 1e6);
             }
-            if let Err(e) = self.next(limit) {
+            let next = self.next(limit).and_then(|(i, w)| match w.first() {
+                Some(k) if k == EOF => Err(format!("process {i} ended early")),
+                _ => Ok(()),
+            });
+            if let Err(e) = next {
                 let missing: Vec<String> = (pairs.iter().zip(&times))
                     .filter(|(_, t)| t.is_none())
                     .map(|(&(a, b), _)| format!("{a} of {b}"))
