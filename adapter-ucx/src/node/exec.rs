@@ -222,9 +222,14 @@ impl Node {
 
     pub(super) fn on_control(&mut self, key: EpKey, bytes: &[u8]) {
         let Some(i) = self.engine.conns().find(key, |c| c.io.ep.is_some()) else {
-            if let Some(i) = self.engine.conns().find(key, |c| !c.is_open()) {
+            let close = matches!(wire::decode(bytes), Ok(wire::Frame::Close { .. }));
+            if let Some(i) = (self.engine.conns())
+                .find(key, |c| !c.is_open())
+                .filter(|_| close)
+            {
                 // Its endpoint failed and was closed first: the engine still reads a CLOSE
-                // (the peer closed on purpose; its endpoint's failure was that close).
+                // (the peer closed on purpose; its endpoint's failure was that close). Only a
+                // CLOSE: a host's new endpoint at a reused address keeps its frames below.
                 self.on_control_at(i, bytes);
                 return;
             }
