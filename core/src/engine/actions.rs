@@ -354,8 +354,9 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
                 Check::Nothing => {}
             }
         }
-        for conn in self.conns.take_lingered(now_ms) {
+        for (conn, gone) in self.conns.take_lingered(now_ms, &mut self.libs) {
             self.push_close(conn, CloseHow::Orderly, Why::Superseded);
+            self.peer_gone(gone, Why::Superseded);
         }
         let (backoff, once) = match self.redial {
             Redial::Dial(backoff) => (backoff, false),
@@ -1089,5 +1090,65 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Moves one frame queued on `from`'s connection `x` to `to`'s `y`; whether there was one.
+    fn deliver_one(from: &mut Side, x: ConnId, to: &mut Side, y: ConnId, now: u64) -> bool {
+        let mut buf = [0u8; wire::MAX_FRAME_LEN];
+        let Some(c) = from.e.conns.get_mut(x) else {
+            return false;
+        };
+        match c.session_mut().poll_transmit(from.reg, &mut buf) {
+            Ok(Some(n)) => {
+                to.e.handle_control(y, &buf[..n], now);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    #[test]
+    fn a_peer_whose_last_connection_lingers_out_is_gone() {
+        let (mut a, mut b) = two();
+        if a.me.token() > b.me.token() {
+            core::mem::swap(&mut a, &mut b);
+        }
+        let tb = b.me.token();
+        let lib = a.e.register("lib").unwrap();
+        a.e.libs.listen_peers(lib, [0u64; 0]).unwrap();
+        // Y, opened by b (the higher token), established both ways
+        let y_b = b.e.add_conn(1, Role::Initiator, &b.me, 0, ());
+        let y_a = a.e.add_conn(1, Role::Acceptor, &a.me, 0, ());
+        pump(&mut b, y_b, &mut a, y_a, 0);
+        assert_eq!(a.e.libs.peer_event(lib), Some(PeerEvent::Up { peer: tb }));
+        // X, opened by a (the lower token: it ranks above Y), established at b only
+        let x_a = a.e.add_conn(2, Role::Initiator, &a.me, 0, ());
+        let x_b = b.e.add_conn(2, Role::Acceptor, &b.me, 0, ());
+        assert!(deliver_one(&mut a, x_a, &mut b, x_b, 0), "a's HELLO");
+        assert!(
+            deliver_one(&mut b, x_b, &mut a, x_a, 0),
+            "b's HELLO (its PROOF held)"
+        );
+        assert!(deliver_one(&mut a, x_a, &mut b, x_b, 0), "a's PROOF");
+        assert!(b.e.conns.get(x_b).unwrap().serves(a.me.token()));
+        // b supersedes Y: its CLOSE reaches a, which lingers Y; then X fails at a before b's
+        // PROOF came: a has no connection to b left
+        let mut buf = [0u8; wire::MAX_FRAME_LEN];
+        deliver(&mut b, y_b, &mut a, y_a, 0, &mut buf);
+        assert!(!a.e.conns.get(y_a).unwrap().is_open(), "Y lingers at a");
+        a.e.handle_failed(x_a, 5);
+        actions(&mut a);
+        assert_eq!(a.e.conns.live_to(tb), 0);
+        assert_eq!(a.e.libs.peer_event(lib), None, "no Down yet: Y lingers");
+        // Y's linger ends: it was b's last connection here, so b is gone
+        a.e.handle_timeout(SUPERSEDED_LINGER_MS);
+        actions(&mut a);
+        assert!(matches!(
+            a.e.libs.peer_event(lib),
+            Some(PeerEvent::Down { peer, cause: None, reason: Some(CloseReason::Superseded) }) if peer == tb
+        ));
+        assert!(!a.e.conns.get(y_a).unwrap().is_open());
+        a.e.handle_timeout(2 * SUPERSEDED_LINGER_MS);
+        assert_eq!(a.e.libs.peer_event(lib), None, "Down once");
     }
 }

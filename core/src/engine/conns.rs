@@ -353,6 +353,9 @@ pub struct Connections<K, X, E, const CAP: usize> {
     /// and until when (adapter time) a connection on which they prove themselves again is
     /// refused ([`REFUSE_MS`]); at most [`REFUSED_MAX`].
     refused: hashbrown::HashMap<u64, (CloseReason, u64), TokenHash>,
+    /// Peers the listening libraries were told `Up` about and not `Down` since: each hears one
+    /// `Up` and one `Down` per time it is connected, whichever connections come and go.
+    up: hashbrown::HashSet<u64, TokenHash>,
     protocol_errors: Vec<SessionError>,
     /// The layout's namespace mask (set with the first connection), for the payload check.
     ns_mask: u64,
@@ -463,6 +466,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
             gone_order: VecDeque::new(),
             known: hashbrown::HashMap::with_hasher(h),
             refused: hashbrown::HashMap::with_hasher(h),
+            up: hashbrown::HashSet::with_hasher(h),
             protocol_errors: Vec::new(),
             ns_mask: u64::MAX,
             pairs: Pairs {
@@ -881,7 +885,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
                 let superseded = self.settle_duplicates(peer_token, now_ms);
                 if self.conns[i].is_open() {
                     self.conns[i].told_up = true;
-                    if self.live_to(peer_token) == 1 {
+                    if self.up.insert(peer_token) {
                         libs.tell(&PeerEvent::Up { peer: peer_token });
                     }
                 }
@@ -944,11 +948,57 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
 
     /// Superseded connections whose linger is over at `now_ms`, each handed out once: their
     /// endpoints are to be closed.
-    pub(crate) fn take_lingered(&mut self, now_ms: u64) -> Vec<ConnId> {
+    ///
+    /// One that was its peer's last (its replacement failed here before it was established,
+    /// say) ends as well: out of service for good, and the peer is gone ([`end`](Self::end)'s
+    /// `Down`, with the CLOSE's reason).
+    pub(crate) fn take_lingered<'r>(
+        &mut self,
+        now_ms: u64,
+        libs: &mut Libraries<'r, CAP, E>,
+    ) -> Vec<(ConnId, Option<PeerGone<E>>)>
+    where
+        E: Clone,
+    {
         let over = |c: &Connection<K, X, E, CAP>| matches!(c.state, LinkState::Superseded { until_ms } if now_ms >= until_ms);
-        (self.conns.iter_mut())
+        let ids: Vec<ConnId> = (self.conns.iter_mut())
             .filter_map(|c| (over(c) && c.retire()).then_some(c.id))
-            .collect()
+            .collect();
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let gone = self.lingered_out(id, libs);
+            out.push((id, gone));
+        }
+        out
+    }
+
+    /// Superseded connection `id`, its linger over: if no other connection to its peer is
+    /// open or still lingering, it ends and the peer is gone.
+    fn lingered_out<'r>(
+        &mut self,
+        id: ConnId,
+        libs: &mut Libraries<'r, CAP, E>,
+    ) -> Option<PeerGone<E>>
+    where
+        E: Clone,
+    {
+        let i = self.pos(id)?;
+        let (peer, reason) = (self.conns[i].peer()?, self.conns[i].closed_for);
+        let others = self.conns.iter().any(|c| {
+            c.id != id
+                && c.peer() == Some(peer)
+                && match c.state {
+                    LinkState::Open => true,
+                    LinkState::Superseded { .. } => !c.retired,
+                    LinkState::Down(_) => false,
+                }
+        });
+        if others {
+            return None;
+        }
+        self.conns[i].state = LinkState::Down(None);
+        self.remember(i, peer);
+        self.went_down(peer, None, reason, libs)
     }
 
     /// Marks superseded connection `id`'s endpoint as handed back for closing; `false` if it
@@ -988,19 +1038,45 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         let c = &mut self.conns[i];
         let was_open = c.is_open();
         c.state = LinkState::Down(cause);
-        let (told, peer, reason) = (c.told_up, c.peer(), c.closed_for);
-        let (addr, told_ours) = (c.session.peer_addr(), c.session.told_addr());
+        let (peer, reason) = (c.peer(), c.closed_for);
         self.reindex();
         let peer = peer?;
+        self.remember(i, peer);
+        (was_open && self.live_to(peer) == 0)
+            .then(|| self.went_down(peer, cause, reason, libs))
+            .flatten()
+    }
+
+    /// What connection `i` of `peer` learnt for a reconnect (where the peer listens, whether
+    /// ours was told), kept per peer.
+    fn remember(&mut self, i: usize, peer: u64) {
+        let s = &self.conns[i].session;
+        let (addr, told) = (s.peer_addr(), s.told_addr());
         let known = self.known.entry(peer).or_insert((None, false));
-        *known = (addr.or(known.0), told_ours || known.1);
-        let (addr, told_ours) = *known;
-        let peer = Some(peer).filter(|&p| was_open && told && self.live_to(p) == 0)?;
+        *known = (addr.or(known.0), told || known.1);
+    }
+
+    /// `peer` has no connection left: if the libraries were told it is up, they hear `Down`
+    /// (once) and the answer names it.
+    fn went_down<'r>(
+        &mut self,
+        peer: u64,
+        cause: Option<E>,
+        reason: Option<CloseReason>,
+        libs: &mut Libraries<'r, CAP, E>,
+    ) -> Option<PeerGone<E>>
+    where
+        E: Clone,
+    {
+        if !self.up.remove(&peer) {
+            return None;
+        }
         libs.tell(&PeerEvent::Down {
             peer,
             cause,
             reason,
         });
+        let (addr, told_ours) = self.known.get(&peer).copied().unwrap_or((None, false));
         Some(PeerGone {
             peer,
             cause,
@@ -1187,6 +1263,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
                             if self.live_to(oldest) == 0 {
                                 self.pairs.forget(oldest);
                                 self.known.remove(&oldest);
+                                self.up.remove(&oldest);
                             }
                         }
                     }
@@ -1473,10 +1550,22 @@ mod tests {
         let kept_a = a.conns.get(a.conns.serving(tb).unwrap()).unwrap().key();
         let kept_b = b.conns.get(b.conns.serving(ta).unwrap()).unwrap().key();
         assert_eq!(kept_a, kept_b, "both keep the same connection");
-        assert_eq!(a.conns.take_lingered(SUPERSEDED_LINGER_MS - 1).len(), 0);
-        assert_eq!(a.conns.take_lingered(SUPERSEDED_LINGER_MS).len(), 1);
         assert_eq!(
-            a.conns.take_lingered(SUPERSEDED_LINGER_MS).len(),
+            (a.conns)
+                .take_lingered(SUPERSEDED_LINGER_MS - 1, &mut a.libs)
+                .len(),
+            0
+        );
+        assert_eq!(
+            (a.conns)
+                .take_lingered(SUPERSEDED_LINGER_MS, &mut a.libs)
+                .len(),
+            1
+        );
+        assert_eq!(
+            a.conns
+                .take_lingered(SUPERSEDED_LINGER_MS, &mut a.libs)
+                .len(),
             0,
             "handed out once"
         );
