@@ -1186,7 +1186,11 @@ fn verdict(o: &Opts, reports: &[Report]) -> Result<(), String> {
         .copied()
         .filter(|&w| {
             let peers: Vec<usize> = survivors.iter().copied().filter(|&b| b != w).collect();
-            shm_kill && !peers.is_empty() && peers.iter().all(|b| reports[w].silent.contains(b))
+            // Either side's heartbeat may fire first: the other then sees its endpoint
+            // closed (a reset), not a silent peer.
+            let silent =
+                |b: &usize| reports[w].silent.contains(b) || reports[*b].silent.contains(&w);
+            shm_kill && !peers.is_empty() && peers.iter().all(silent)
         })
         .collect();
     for &w in &stuck {
