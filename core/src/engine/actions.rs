@@ -246,7 +246,6 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
                 return;
             }
         }
-        self.now_ms = self.now_ms.max(now_ms);
         match self.conns.on_control(conn, bytes, now_ms, &mut self.libs) {
             Control::Handled => {}
             Control::Refused(reason) => self.cut_off(conn, Some(reason), Why::Refused),
@@ -288,7 +287,6 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
     /// `now_ms` (D5). `false`: the peer is over them and is being cut off (CLOSE with
     /// [`CloseReason::Flood`]); the message is not to be handled.
     pub fn handle_charge(&mut self, conn: ConnId, now_ms: u64, what: Charge) -> bool {
-        self.now_ms = self.now_ms.max(now_ms);
         if self.conns.charge(conn, now_ms, what, self.limits) {
             return true;
         }
@@ -341,7 +339,6 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
     /// heartbeat (a PING due is sent; one unanswered too long closes the connection and ends
     /// what is in flight on it, D3) — and superseded connections whose linger is over (P4).
     pub fn handle_timeout(&mut self, now_ms: u64) {
-        self.now_ms = self.now_ms.max(now_ms);
         for (conn, check) in self.conns.sweep(&mut self.live, now_ms, self.liveness) {
             match check {
                 Check::Expired(why) => {

@@ -122,7 +122,6 @@ pub struct Connection<K, X, E, const CAP: usize> {
     /// released. Each entry keeps the peer's tag for payload 0 too (its namespace bits), so
     /// that the send path's tag is one check and one OR.
     routes: Vec<Option<(Route, u64)>>,
-    told_up: bool,
     /// Its endpoint was handed back for closing at the end of its linger (P4).
     retired: bool,
     closed_for: Option<CloseReason>,
@@ -601,7 +600,6 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
             state: LinkState::Open,
             deadlines: Deadlines::new(now_ms, live_ms),
             routes: Vec::new(),
-            told_up: false,
             retired: false,
             closed_for: None,
             window: Window {
@@ -883,11 +881,8 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
                 }
                 self.conns[i].session.grant_pair(value);
                 let superseded = self.settle_duplicates(peer_token, now_ms);
-                if self.conns[i].is_open() {
-                    self.conns[i].told_up = true;
-                    if self.up.insert(peer_token) {
-                        libs.tell(&PeerEvent::Up { peer: peer_token });
-                    }
+                if self.conns[i].is_open() && self.up.insert(peer_token) {
+                    libs.tell(&PeerEvent::Up { peer: peer_token });
                 }
                 Control::Established {
                     peer: peer_token,

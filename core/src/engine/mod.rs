@@ -94,8 +94,6 @@ pub struct Engine<'r, K, X, T, E, const CAP: usize> {
     owner: QueueOwner,
     /// What the adapter is to do next ([`Engine::poll_action`]).
     actions: actions::Actions<E>,
-    /// The latest adapter time an input carried (for what an input without one records).
-    now_ms: u64,
     /// Whether and how peers lost to a fault are dialled again, and those being dialled.
     redial: Redial,
     dials: redial::Dials,
@@ -126,7 +124,6 @@ impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, 
             sweep: Sweep::new(),
             owner: QueueOwner::Node,
             actions: Default::default(),
-            now_ms,
             redial: Redial::Off,
             dials: redial::Dials::new(TokenHash::new(hash_keys)),
             advertised: None,
