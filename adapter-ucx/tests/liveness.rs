@@ -181,3 +181,129 @@ fn poll_timeout_names_the_next_timed_event() {
     a.shutdown(500);
     b.shutdown(500);
 }
+
+/// What became of a node that heard nobody (see [`deaf_node`]).
+struct AfterDeaf {
+    replaced: u64,
+    back: bool,
+    carried: Option<Vec<u8>>,
+    moved: Option<Vec<u8>>,
+}
+
+/// Three nodes on one manual clock; `a` knows `b` and `c`. `b` sends `a` a message `a` has not
+/// received yet and `a` posts a receive from any peer; then `a`'s worker drops every control
+/// frame that arrives (a stuck receive queue, as a killed shared-memory writer leaves it), so
+/// its heartbeat cuts both peers off and theirs cut `a` off. With `replace`, `a` replaces its
+/// worker, and everyone dials again. Reports whether `a` got both peers back within 60
+/// simulated seconds, and, once back, the message sent before the fault and what the receive
+/// posted before it took from `c`.
+fn deaf_node(replace: bool) -> AfterDeaf {
+    const FAST: Liveness = Liveness {
+        interval_ms: 500,
+        timeout_ms: 3_000,
+    };
+    let clock = Clock::manual();
+    let node = || {
+        common::dask_node_with(|c| {
+            c.clock = clock.clone();
+            c.liveness = Some(FAST);
+            c.replace_deaf_worker = replace;
+        })
+    };
+    let ((mut a, la), (mut b, lb), (mut c, lc)) = (node(), node(), node());
+    for (n, l) in [(&mut a, la), (&mut b, lb), (&mut c, lc)] {
+        n.listen(l).unwrap();
+    }
+    b.connect(a.listen_addr().unwrap()).unwrap();
+    c.connect(a.listen_addr().unwrap()).unwrap();
+    let all = |a: &mut tagspace_ucx::node::Node,
+               b: &mut tagspace_ucx::node::Node,
+               c: &mut tagspace_ucx::node::Node| {
+        a.progress();
+        b.progress();
+        c.progress();
+    };
+    let routed = |a: &tagspace_ucx::node::Node,
+                  b: &tagspace_ucx::node::Node,
+                  c: &tagspace_ucx::node::Node| {
+        a.route_tag(la, b.token(), 0).ok().flatten().is_some()
+            && a.route_tag(la, c.token(), 0).ok().flatten().is_some()
+            && b.route_tag(lb, a.token(), 0).ok().flatten().is_some()
+            && c.route_tag(lc, a.token(), 0).ok().flatten().is_some()
+    };
+    let start = std::time::Instant::now();
+    while !routed(&a, &b, &c) {
+        assert!(start.elapsed().as_secs() < 30, "no connections");
+        all(&mut a, &mut b, &mut c);
+    }
+    // `b`'s message arrives at `a`'s worker and waits there, unreceived.
+    let sent = b.send(lb, a.token(), 5, b"before the fault".to_vec(), 1000);
+    while !b.is_done(sent) || a.oldest_waiting(la).unwrap().is_none() {
+        assert!(start.elapsed().as_secs() < 30, "the message did not arrive");
+        all(&mut a, &mut b, &mut c);
+    }
+    assert!(b.take(sent).unwrap().is_ok());
+    let any = a.recv(la, 9, 64);
+
+    a.deafen_for_test();
+    let (bt, ct) = (b.token(), c.token());
+    let mut back = false;
+    for _ in 0..(60_000 / 250) {
+        clock.advance(250);
+        for _ in 0..20 {
+            all(&mut a, &mut b, &mut c);
+        }
+        if a.stats().liveness_timeouts >= 2
+            && a.live_connections_to(bt) > 0
+            && a.live_connections_to(ct) > 0
+            && routed(&a, &b, &c)
+        {
+            back = true;
+            break;
+        }
+    }
+    let mut after = AfterDeaf {
+        replaced: a.stats().workers_replaced,
+        back,
+        carried: None,
+        moved: None,
+    };
+    if !back {
+        return after;
+    }
+    assert_eq!(a.stats().deaf, 1);
+    assert_eq!(a.stats().carried, 1, "{:?}", a.stats());
+    let carried = a.recv_from(la, bt, 5, 64);
+    let sent = c.send(lc, a.token(), 9, b"after".to_vec(), 1000);
+    for _ in 0..2000 {
+        all(&mut a, &mut b, &mut c);
+        if a.is_done(carried) && a.is_done(any) {
+            break;
+        }
+    }
+    after.carried = a.take(carried).and_then(|r| r.ok().flatten());
+    after.moved = a.take(any).and_then(|r| r.ok().flatten());
+    assert!(c.take(sent).is_some_and(|r| r.is_ok()));
+    after
+}
+
+#[test]
+fn a_node_that_hears_nobody_replaces_its_worker_and_gets_its_peers_back() {
+    let after = deaf_node(true);
+    assert_eq!(after.replaced, 1);
+    assert!(after.back, "the deaf node did not get its peers back");
+    assert_eq!(after.carried.as_deref(), Some(&b"before the fault"[..]));
+    assert_eq!(after.moved.as_deref(), Some(&b"after"[..]));
+}
+
+/// The control: the same fault, the worker kept. Nobody gets `a` back (every HELLO to it goes
+/// unread), which is what the test above shows the replacement fixes.
+#[test]
+fn without_a_new_worker_a_node_that_hears_nobody_stays_cut_off() {
+    let after = deaf_node(false);
+    assert_eq!(after.replaced, 0);
+    assert!(
+        !after.back,
+        "a deaf node got its peers back without a new worker"
+    );
+}

@@ -132,6 +132,7 @@ impl Node {
                 Action::Cancel { op, peer } => self.with_ops(fab, |e, t| e.cancel_op(t, op, peer)),
                 Action::Proven { peer } => self.backlog.proven(peer),
                 Action::Dial { peer, addr } => self.dial(fab, peer, addr),
+                Action::Deaf => self.deaf += 1,
             }
         }
     }

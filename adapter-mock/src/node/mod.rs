@@ -97,6 +97,8 @@ pub struct Node {
     backlog: engine::Backlog<Vec<u8>>,
     /// With [`engine::Redial::Report`]: peers lost to a fault, for the test to reconnect.
     reconnects: VecDeque<(u64, WorkerId)>,
+    /// How many times the engine found this node deaf ([`engine::Action::Deaf`]).
+    deaf: u64,
 }
 
 impl Node {
@@ -155,6 +157,7 @@ impl Node {
             flood_closes: 0,
             backlog: engine::Backlog::new(),
             reconnects: VecDeque::new(),
+            deaf: 0,
         }
         .redialling()
     }
@@ -177,6 +180,14 @@ impl Node {
     /// The reconnect schedule's counts.
     pub fn redial_stats(&self) -> engine::RedialStats {
         self.engine.redial_stats()
+    }
+
+    /// How many times this node found itself hearing nobody ([`engine::Action::Deaf`]: every
+    /// peer cut off by the heartbeat, nothing heard for its timeout — a fabric partitioned
+    /// around it). The fabric has no receive queue that can stick, so unlike the UCX node's
+    /// own worker nothing is replaced: the count is all.
+    pub fn times_deaf(&self) -> u64 {
+        self.deaf
     }
 
     /// With [`engine::Redial::Report`]: the next peer lost to a fault to connect to again (its

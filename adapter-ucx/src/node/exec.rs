@@ -89,6 +89,7 @@ impl Node {
                     self.backlog.proven(peer);
                 }
                 Action::Dial { peer, addr } => self.dial(peer, addr),
+                Action::Deaf => self.on_deaf(),
             }
         }
     }

@@ -48,6 +48,17 @@ impl Node {
     }
 }
 
+impl Node {
+    /// Test hook (feature `test-hooks`): from now on this node's worker drops every control
+    /// frame that arrives (PINGs, PONGs, HELLOs), as a receive queue stuck by a killed writer
+    /// leaves them unread, until the worker is replaced (the new one hears). Sending still
+    /// works, as with the real fault.
+    #[cfg(feature = "test-hooks")]
+    pub fn deafen_for_test(&mut self) {
+        self.deafened = true;
+    }
+}
+
 impl Io {
     /// Whether `frame`, an acknowledgement, is withheld ([`Node::withhold_acks_for_test`]).
     #[cfg(feature = "test-hooks")]

@@ -58,6 +58,7 @@ use tagspace_core::{Namespace, Registry, Tag, TagError, TagLayout};
 use ucx1_sys as sys;
 
 mod config;
+mod deaf;
 mod exec;
 mod hooks;
 mod host;
@@ -68,6 +69,7 @@ mod wireup;
 
 use config::index_keys;
 pub use config::{fresh_identity, Clock, HostInfo, HostProgress, NodeConfig};
+pub use deaf::{CARRIED_MAX, CARRY_LEN_MAX};
 pub use stats::NodeStats;
 
 pub use tagspace_core::wire::Role;
@@ -263,6 +265,21 @@ pub struct Node {
     unattached_bytes: usize,
     /// Host mode: peers lost to a fault for the host to connect to again, oldest first.
     reconnects: VecDeque<(u64, SocketAddr)>,
+    /// What a worker is made with, for one that replaces it ([`NodeConfig::replace_deaf_worker`]).
+    ucx: crate::ucp::Config,
+    /// [`NodeConfig::advertise`]: `None` tells the listener's address (again after a
+    /// replacement).
+    advertise_cfg: Option<SocketAddr>,
+    /// [`NodeConfig::replace_deaf_worker`].
+    replace_deaf: bool,
+    /// Workers replaced, kept (and progressed) until nothing made from them is left.
+    retired: Vec<Worker>,
+    /// Messages carried over from a replaced worker, which receives take first.
+    carried: deaf::Carried,
+    /// Test hook: control frames arriving on this worker are dropped, as a stuck receive
+    /// queue would leave them unread ([`Node::deafen_for_test`]).
+    #[cfg(feature = "test-hooks")]
+    deafened: bool,
 }
 
 impl Node {
@@ -397,6 +414,13 @@ impl Node {
             unattached: VecDeque::new(),
             unattached_bytes: 0,
             reconnects: VecDeque::new(),
+            ucx: cfg.ucx.clone(),
+            advertise_cfg: cfg.advertise,
+            replace_deaf: cfg.replace_deaf_worker,
+            retired: Vec::new(),
+            carried: deaf::Carried::default(),
+            #[cfg(feature = "test-hooks")]
+            deafened: false,
         };
         let mut node = node;
         // Own worker: dial lost peers back as configured, and tell peers where to dial this
@@ -632,6 +656,9 @@ impl Node {
                 }) > 0
             }
         };
+        if !self.retired.is_empty() {
+            self.progress_retired();
+        }
         while let Some(accepted) = self.listener.as_ref().and_then(Listener::accept) {
             busy = true;
             match accepted {
@@ -650,6 +677,10 @@ impl Node {
         let mut busy = false;
         while let Some(am) = self.worker.take_am() {
             busy = true;
+            #[cfg(feature = "test-hooks")]
+            if self.deafened {
+                continue;
+            }
             self.on_am(am);
         }
         busy

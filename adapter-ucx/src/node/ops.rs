@@ -181,8 +181,17 @@ impl Node {
     ) -> Result<usize, NodeError> {
         let deadline = timeout.map(|t| Instant::now() + t);
         let m = self.engine.recv_matcher(lib, from, payload);
-        let held = m.as_ref().ok().and_then(|m| self.take_held(m));
+        let carried = (m.as_ref().ok()).and_then(|m| self.carried.take(m.tag(), m.mask()));
+        let held = match carried {
+            Some(_) => None,
+            None => m.as_ref().ok().and_then(|m| self.take_held(m)),
+        };
         let r = m.and_then(|m| loop {
+            if let Some((_, data)) = carried {
+                let data = super::deaf::carried_into(data, buf.len())?;
+                buf[..data.len()].copy_from_slice(&data);
+                break Ok(data.len());
+            }
             if let Some(held) = held {
                 break Ok(held.recv_into(buf)?.len);
             }
@@ -206,6 +215,7 @@ impl Node {
             stats: &mut self.stats,
             by_id: &mut self.stray_by_id,
             abandoned: &mut self.abandoned,
+            carried: &mut self.carried,
         };
         f(&mut self.engine, &mut t)
     }
@@ -287,6 +297,11 @@ impl Node {
     /// [`FORGED_PER_PROBE`] of them per call.
     pub fn probe_inbox(&mut self, lib: LibId, max_len: usize) -> Result<Option<OpId>, NodeError> {
         let m = self.engine.libs().ns(lib)?.inbox_matcher_any_peer();
+        if let Some((_, data)) = self.carried.take(m.tag(), m.mask()) {
+            let r = super::deaf::carried_into(data, max_len).map_err(NodeError::from);
+            let done = Next::finished(self.engine.libs_mut(), lib, r.map(Some), false);
+            return Ok(Some(self.engine.ops_mut().start(done)));
+        }
         if let Some(held) = self.take_held(&m) {
             let req = held.recv_woken(max_len)?;
             return Ok(Some(self.engine.ops_mut().start(Next::Wait(
@@ -294,7 +309,7 @@ impl Node {
                     lib,
                     req,
                     from: None,
-                    any: None,
+                    again: None,
                 },
             ))));
         }
@@ -322,7 +337,7 @@ impl Node {
                         lib,
                         req,
                         from: None,
-                        any: None,
+                        again: None,
                     },
                 )))),
             };
@@ -343,10 +358,13 @@ impl Node {
     /// scans UCX's queue: call it to monitor, not per message.
     pub fn oldest_waiting(&self, lib: LibId) -> Result<Option<TagInfo>, NodeError> {
         let ns = self.namespace(lib).ok_or(NodeError::NoSuchLibrary)?;
+        let m = ns.matcher_any();
+        if let Some(info) = self.carried.oldest(m.tag(), m.mask()) {
+            return Ok(Some(info));
+        }
         if let Some((tag, len)) = self.backlog.oldest(ns.id()) {
             return Ok(Some(TagInfo { tag, len }));
         }
-        let m = ns.matcher_any();
         Ok(self.worker.tag_probe(m.tag(), m.mask()))
     }
 
@@ -467,6 +485,8 @@ pub(super) struct UcxOps<'a> {
     pub(super) by_id: &'a mut [u64],
     /// Sends given up (D3) before UCX finished them, by endpoint.
     pub(super) abandoned: &'a mut Vec<(EpKey, Request)>,
+    /// Messages carried over from a replaced worker, which receives take first.
+    pub(super) carried: &'a mut super::deaf::Carried,
 }
 
 impl engine::Transport<EpKey, Io, UcxError> for UcxOps<'_> {
@@ -497,6 +517,9 @@ impl engine::Transport<EpKey, Io, UcxError> for UcxOps<'_> {
     }
 
     fn post(&mut self, m: &Matcher, max_len: usize) -> Result<Posted<Request>, NodeError> {
+        if let Some((_, data)) = self.carried.take(m.tag(), m.mask()) {
+            return Ok(Posted::Took(super::deaf::carried_into(data, max_len)?));
+        }
         if let Some(held) = held_for(self.backlog, self.layout, m) {
             return Ok(Posted::Waiting(held.recv_woken(max_len)?));
         }

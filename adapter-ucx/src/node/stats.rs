@@ -98,6 +98,21 @@ pub struct NodeStats {
     /// [`Backoff::give_up_ms`](crate::node::Backoff::give_up_ms), or a new process proved its
     /// identity at their address (they restarted).
     pub redials_given_up: u64,
+    /// Times this node found itself hearing nobody: the heartbeat cut off every established
+    /// connection, several peers went down and no control frame came from anyone for its
+    /// timeout (UCX's shared-memory receive FIFO stuck; see
+    /// [`NodeConfig::replace_deaf_worker`](crate::node::NodeConfig::replace_deaf_worker)).
+    pub deaf: u64,
+    /// Of those, times the node replaced its worker (own worker only).
+    pub workers_replaced: u64,
+    /// Messages that had arrived on a replaced worker and waited there unreceived, carried
+    /// over to be received as if still queued.
+    pub carried: u64,
+    /// Messages left on a replaced worker that could not be carried over (a stranger's, one
+    /// longer than [`CARRY_LEN_MAX`](crate::node::CARRY_LEN_MAX), one whose data could not be
+    /// fetched any more — a rendezvous from a peer already cut off — or past
+    /// [`CARRIED_MAX`](crate::node::CARRIED_MAX)).
+    pub carry_dropped: u64,
 }
 
 /// Counts a connection's close in the stats by why it closed.

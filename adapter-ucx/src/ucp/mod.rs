@@ -451,6 +451,12 @@ impl Worker {
         }
     }
 
+    /// Whether this is the last handle: no listener, endpoint, request or held message made
+    /// from it is left, and dropping it destroys the worker.
+    pub fn is_last_handle(&self) -> bool {
+        Rc::strong_count(&self.inner) == 1
+    }
+
     /// Whether a host owns this worker ([`adopt`](Self::adopt)).
     pub fn is_adopted(&self) -> bool {
         !self.inner.owned

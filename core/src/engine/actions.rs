@@ -73,6 +73,14 @@ pub enum Action<E> {
         /// Where it listens.
         addr: crate::wire::Address,
     },
+    /// This node hears nobody ([`Deafness`](super::Deafness)): the heartbeat cut off every
+    /// established connection, several peers went down and no control frame has arrived
+    /// from anyone for the heartbeat's timeout — its transport no longer delivers to it (UCX's
+    /// shared-memory receive FIFO stuck for good). Replace what receives (a new worker, the
+    /// listener again at the same address, the receives waiting moved there), close what is
+    /// left on the old one, and let the dials reconnect; where a host owns the worker, tell
+    /// the host.
+    Deaf,
 }
 
 /// How an endpoint closes ([`Action::Close`]).
@@ -234,6 +242,7 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
     /// A control frame arrived on connection `conn` at adapter time `now_ms` (P1, P3, P4,
     /// P6; R7's frames). Frames on a connection out of service are ignored.
     pub fn handle_control(&mut self, conn: ConnId, bytes: &[u8], now_ms: u64) {
+        self.deafness.heard(self.live.now());
         if let Some(c) = self.conns.get(conn) {
             if let (LinkState::Down(_), Some(peer)) = (c.state(), c.peer()) {
                 // Its transport failed first, then the peer's CLOSE came: if it says the peer
@@ -339,16 +348,24 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
     /// heartbeat (a PING due is sent; one unanswered too long closes the connection and ends
     /// what is in flight on it, D3) — and superseded connections whose linger is over (P4).
     pub fn handle_timeout(&mut self, now_ms: u64) {
+        let mut silent = false;
         for (conn, check) in self.conns.sweep(&mut self.live, now_ms, self.liveness) {
             match check {
                 Check::Expired(why) => {
                     if why == Expiry::Unresponsive {
+                        silent = true;
                         self.abandon(conn);
                     }
                     self.cut_off(conn, Some(why.reason()), Why::Expired(why));
                 }
                 Check::PingQueued => self.actions.push_back(Action::Transmit(conn)),
                 Check::Nothing => {}
+            }
+        }
+        if let (true, Some(l)) = (silent, self.liveness) {
+            let open = self.conns.established_open();
+            if self.deafness.check(self.live.now(), l.timeout_ms, open) {
+                self.actions.push_back(Action::Deaf);
             }
         }
         for (conn, gone) in self.conns.take_lingered(now_ms, &mut self.libs) {
@@ -441,6 +458,7 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
     /// dialled again (or reported, [`Redial::Report`]).
     fn peer_gone(&mut self, gone: Option<PeerGone<E>>, why: Why) {
         if let Some(gone) = gone {
+            self.deafness.peer_lost();
             let PeerGone { peer, cause, .. } = gone;
             let failed = cause.is_some();
             self.lost(Loss::PeerGone { peer, failed }, peer, cause);

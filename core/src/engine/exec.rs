@@ -150,7 +150,7 @@ where
                 lib,
                 req,
                 from,
-                any: from.is_none().then_some((payload, max_len)),
+                again: Some((payload, max_len)),
             }),
             Ok(Posted::Took(data)) => self.finished(lib, Ok(Some(data)), false),
             Err(e) => self.finished(lib, Err(e), false),
@@ -193,6 +193,50 @@ where
         self.ops.put(id, next);
     }
 
+    /// The transport's receive queue was replaced ([`Action::Deaf`](super::Action::Deaf)):
+    /// every receive still posted on the old one is cancelled there and posted again on `t`
+    /// (which posts on the new one), in the order they were started. One that had already
+    /// matched keeps its message (it finishes as it would have); one that took a message
+    /// already (an inbox probe's) keeps its request. Returns how many were posted again.
+    pub fn repost_receives<T>(&mut self, t: &mut T, now_ms: u64) -> usize
+    where
+        T: Transport<K, X, E, Send = S, Recv = R>,
+    {
+        let mut moved = 0;
+        for id in (self.ops).matching(|op| matches!(op, Op::Receiving { again: Some(_), .. })) {
+            let Some(Op::Receiving {
+                lib,
+                mut req,
+                from,
+                again: Some((payload, max_len)),
+            }) = self.ops.remove(id)
+            else {
+                continue;
+            };
+            // Looked at first: one the transport has finished is not cancelled.
+            let cancelled = t.test_recv(&mut req).is_none()
+                && (t.cancel(&mut req)
+                    || matches!(t.test_recv(&mut req),
+                        Some(Finished { data: Err(e), .. }) if t.is_cancelled(&e)));
+            let next = (!cancelled).then_some(Op::Receiving {
+                lib,
+                req,
+                from,
+                again: Some((payload, max_len)),
+            });
+            let next = match next {
+                // Finished with a message (or failed) meanwhile, or still finishing: as ever.
+                Some(op) => self.step(t, op, now_ms),
+                None => {
+                    moved += 1;
+                    self.post(t, lib, from, payload, max_len)
+                }
+            };
+            self.ops.put(id, next);
+        }
+        moved
+    }
+
     /// What running operation `op` becomes at `now_ms`.
     fn step<T>(&mut self, t: &mut T, op: Op<S, R, K>, now_ms: u64) -> Next<Op<S, R, K>, E>
     where
@@ -208,13 +252,13 @@ where
                 lib,
                 mut req,
                 from,
-                any,
+                again,
             } => match t.test_recv(&mut req) {
                 None => Next::Wait(Op::Receiving {
                     lib,
                     req,
                     from,
-                    any,
+                    again,
                 }),
                 Some(Finished { data: Err(e), .. }) if t.is_cancelled(&e) => {
                     let e = self.cancelled(lib, from, e);
@@ -223,10 +267,12 @@ where
                 // A stranger's (also one too long for the receive, which the transport failed):
                 // dropped; the receive waits on for a proven peer's message.
                 Some(Finished { tag: Some(tag), .. })
-                    if any.is_some() && self.conns.forged(self.registry.layout(), tag) =>
+                    if from.is_none()
+                        && again.is_some()
+                        && self.conns.forged(self.registry.layout(), tag) =>
                 {
                     t.forged(tag);
-                    let (payload, max_len) = any.unwrap_or_default();
+                    let (payload, max_len) = again.unwrap_or_default();
                     self.post(t, lib, None, payload, max_len)
                 }
                 Some(Finished { data, .. }) => {
@@ -595,6 +641,48 @@ mod tests {
         assert!(t.recvs.is_empty(), "nothing posted");
         assert_eq!(e.take(&mut t, r, 0), Some(Ok(Some(alloc::vec![5, 6]))));
         assert_eq!(e.libs().counters(lib).received, 1);
+    }
+
+    #[test]
+    fn receives_move_to_a_new_receive_queue_and_one_already_matched_keeps_its_message() {
+        for cancel_at_once in [false, true] {
+            let (mut e, lib) = engine();
+            let mut t = Toy {
+                cancel_at_once,
+                ..Toy::default()
+            };
+            // Tied to peers (a receive from any peer is the same, but here no peer is
+            // proven whose pair value its message could carry).
+            let waiting = e.recv(&mut t, lib, Some(78), 1, 8, 0);
+            let waiting_req = t.next;
+            let waiting_tag = t.recvs[&waiting_req].0;
+            let matched = e.recv(&mut t, lib, Some(77), 2, 8, 0);
+            let matched_req = t.next;
+            let tag = t.recvs[&matched_req].0;
+            // Matched before the queue went, not yet looked at: it keeps its message.
+            t.recvs.get_mut(&matched_req).unwrap().1 = Some(done(tag, Ok(alloc::vec![3])));
+            let was = t.recvs.len();
+            assert_eq!(e.repost_receives(&mut t, 0), 1);
+            let (&new_req, &(new_tag, ref fin)) = t.recvs.iter().last().unwrap();
+            assert!(new_req > matched_req && fin.is_none(), "posted again");
+            assert_eq!(new_tag, waiting_tag, "for the same message");
+            if cancel_at_once {
+                assert!(!t.recvs.contains_key(&waiting_req), "the old one cancelled");
+            } else {
+                // The old request was cancelled (it finished "cancelled", not as an error).
+                let cancelled = Some(done(waiting_tag, Err(CANCELLED)));
+                assert_eq!(t.recvs[&waiting_req].1, cancelled);
+                assert_eq!(t.recvs.len(), was + 1);
+            }
+            assert!(!e.ops().is_done(waiting), "still waits, on the new queue");
+            assert_eq!(e.take(&mut t, matched, 0), Some(Ok(Some(alloc::vec![3]))));
+            // The new request finishes the moved receive.
+            t.recvs.get_mut(&new_req).unwrap().1 = Some(done(new_tag, Ok(alloc::vec![9])));
+            e.ops_mut().completed(new_req);
+            e.advance_due(&mut t, 0);
+            assert_eq!(e.take(&mut t, waiting, 0), Some(Ok(Some(alloc::vec![9]))));
+            assert_eq!(e.libs().counters(lib).failed, 0);
+        }
     }
 
     #[test]

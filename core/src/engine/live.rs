@@ -226,6 +226,63 @@ pub(crate) trait Link<const CAP: usize> {
     fn deadline_parts(&mut self) -> (&mut Session<CAP>, &mut Deadlines);
 }
 
+/// A node that hears nobody: UCX's shared-memory receive FIFO stuck by a writer killed (or
+/// stopped) between reserving a slot and filling it leaves its process unable to read
+/// anything any peer sends it over shared memory, for good, while every endpoint looks fine
+/// (see the README). Its heartbeat then cuts every peer off; only a new worker (a new FIFO)
+/// and a reconnect bring it back.
+///
+/// Deaf when the heartbeat has just cut a connection off, no established connection is left
+/// open, no control frame has arrived from anyone for the heartbeat's timeout (live time),
+/// and at least [`DEAF_PEERS_MIN`] peers went down since the last one arrived. One silent
+/// peer is not enough: with a single peer, a peer that stopped and a receive queue that
+/// stopped look the same from here, and replacing a worker costs every connection. Told once
+/// per episode: a frame heard starts over.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Deafness {
+    heard_ms: u64,
+    lost_since: u32,
+    told: bool,
+}
+
+/// How many peers must go down, with nothing heard since, before a node counts itself deaf
+/// ([`Deafness`]).
+pub const DEAF_PEERS_MIN: u32 = 2;
+
+impl Deafness {
+    /// Tracking from live time `live_ms` (as if a frame had just arrived).
+    pub fn new(live_ms: u64) -> Self {
+        Deafness {
+            heard_ms: live_ms,
+            lost_since: 0,
+            told: false,
+        }
+    }
+
+    /// A control frame arrived at live time `live_ms`: this node can hear.
+    pub fn heard(&mut self, live_ms: u64) {
+        self.heard_ms = self.heard_ms.max(live_ms);
+        self.lost_since = 0;
+        self.told = false;
+    }
+
+    /// A peer went down (its last connection ended, for any reason).
+    pub fn peer_lost(&mut self) {
+        self.lost_since = self.lost_since.saturating_add(1);
+    }
+
+    /// After the heartbeat cut a connection off at live time `live_ms`, with `open`
+    /// established connections left: whether this node is deaf and not yet told so.
+    pub fn check(&mut self, live_ms: u64, timeout_ms: u64, open: usize) -> bool {
+        let deaf = !self.told
+            && open == 0
+            && self.lost_since >= DEAF_PEERS_MIN
+            && live_ms.saturating_sub(self.heard_ms) >= timeout_ms;
+        self.told |= deaf;
+        deaf
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 pub(crate) mod tests {
     use super::*;
@@ -358,5 +415,30 @@ pub(crate) mod tests {
             Check::Expired(Expiry::Acks)
         );
         assert_eq!(Expiry::Acks.reason(), CloseReason::ProtocolError);
+    }
+
+    #[test]
+    fn deaf_only_when_several_peers_went_silent_and_nothing_was_heard_for_the_timeout() {
+        let mut d = Deafness::new(0);
+        d.peer_lost();
+        // One peer silent: a stopped peer looks the same; not deaf.
+        assert!(!d.check(10_000, 5_000, 0));
+        d.peer_lost();
+        // Heard 1 s ago: not for the whole timeout.
+        d.heard(9_000);
+        d.peer_lost();
+        d.peer_lost();
+        assert!(!d.check(10_000, 5_000, 0));
+        // An established connection left open: someone may still be heard.
+        assert!(!d.check(15_000, 5_000, 1));
+        assert!(d.check(15_000, 5_000, 0));
+        // Told once per episode.
+        assert!(!d.check(20_000, 5_000, 0));
+        // A frame heard starts a new one.
+        d.heard(21_000);
+        d.peer_lost();
+        d.peer_lost();
+        assert!(!d.check(25_000, 5_000, 0));
+        assert!(d.check(26_000, 5_000, 0));
     }
 }

@@ -85,6 +85,8 @@ pub struct Engine<'r, K, X, T, E, const CAP: usize> {
     live: LiveClock,
     /// The heartbeat's settings (`None`: off).
     liveness: Option<Liveness>,
+    /// Whether this node hears anyone ([`Action::Deaf`]).
+    deafness: Deafness,
     /// The per-connection flood limits (D5).
     limits: PeerLimits,
     /// The stray sweep (D2 within D4's bound).
@@ -119,6 +121,7 @@ impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, 
             ops: Ops::new(),
             unpins: Unpins::new(),
             live: LiveClock::new(now_ms),
+            deafness: Deafness::new(0),
             liveness,
             limits,
             sweep: Sweep::new(),
@@ -487,8 +490,8 @@ mod unpins;
 pub use unpins::{ClosedPins, QueueOwner, UnpinPass, Unpins, CLOSED_PIN_LINGER_MS};
 mod live;
 pub use live::{
-    Check, Deadlines, Expiry, LiveClock, Liveness, ACK_TIMEOUT_MS, HANDSHAKE_TIMEOUT_MS,
-    LIVENESS_TICK_MAX_MS,
+    Check, Deadlines, Deafness, Expiry, LiveClock, Liveness, ACK_TIMEOUT_MS, DEAF_PEERS_MIN,
+    HANDSHAKE_TIMEOUT_MS, LIVENESS_TICK_MAX_MS,
 };
 
 /// How many probes of the transport's queue (each may scan all of it) one drain pass makes at

@@ -90,9 +90,11 @@ pub enum Op<S, R, K> {
         /// The peer the library said the message comes from (`recv_from`): the receive ends
         /// when that peer goes down (D3).
         from: Option<u64>,
-        /// A receive from any peer: its payload and length limit, to post it again when what
-        /// it took carries a pair value no proven peer was given.
-        any: Option<(u64, usize)>,
+        /// Its payload and length limit, to post it again — a receive from any peer when
+        /// what it took carries a pair value no proven peer was given, any receive when the
+        /// transport's receive queue is replaced ([`Engine::repost_receives`](super::Engine::repost_receives));
+        /// `None`: it took one message already (nothing to post again).
+        again: Option<(u64, usize)>,
     },
 }
 
