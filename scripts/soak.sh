@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the demo's variants (TCP and shared memory × plain, kill -9, stopped for good,
 # simultaneous connect, hostile peer; 4 to 8 processes) and the recovery job's (a process
-# stopped, then resumed: it must rejoin) RUNS times each and prints a pass
+# stopped, then resumed: it must rejoin; a shared-memory receive queue stuck by a writer
+# caught mid-send: its process must replace its worker) RUNS times each and prints a pass
 # table. Exits non-zero if any run failed; the log of each failed run is kept under
 # target/soak/.
 #
@@ -40,6 +41,7 @@ variants=(
   "shm-stop|--procs 4 --transport shm --stop 1"
   "tcp-rejoin|faults --procs 4 --transport tcp --stop 2 --away 8"
   "shm-rejoin|faults --procs 4 --transport shm --stop 1 --away 8"
+  "shm-stick|faults --procs 3 --transport shm --stick 1"
 )
 
 cargo build --release -q -p tagspace-ucx --bin tagspace-demo

@@ -148,6 +148,17 @@ fn a_stopped_process_rejoins_when_it_resumes() {
     }
 }
 
+/// A writer caught (SIGSTOP) between reserving a slot in a process's shared-memory receive
+/// FIFO and filling it, then killed: that process hears nobody for good on its worker. It
+/// finds itself deaf, replaces its worker and gets every live peer back by itself; a receive
+/// it posted before the fault takes a message sent after it; a round after it arrives exactly
+/// once. (The control, `--keep-worker`, fails: the process stays cut off.)
+#[test]
+fn a_process_whose_receive_queue_is_stuck_replaces_its_worker() {
+    let out = faults(&["--procs", "3", "--transport", "shm", "--stick", "1"]);
+    assert!(out.contains("replaced its worker"), "{out}");
+}
+
 /// Bad arguments get a clear message and exit status 2.
 #[test]
 fn bad_arguments_are_refused() {
@@ -157,6 +168,10 @@ fn bad_arguments_are_refused() {
         (&["--stop", "1", "--kill", "2"][..], "--stop goes without"),
         (&["faults"][..], "name one fault"),
         (&["faults", "--stop", "3"][..], "name one fault"),
+        (
+            &["faults", "--stick", "1"][..],
+            "--stick needs --transport shm",
+        ),
         (
             &["faults", "--procs", "1", "--stop", "0"][..],
             "--procs must be 2..=32",

@@ -76,12 +76,13 @@ pub struct NodeConfig {
     /// host's worker [`Redial::Dial`] means [`Redial::Report`]: the host is told
     /// ([`Node::take_reconnect_needed`](crate::node::Node::take_reconnect_needed)).
     pub redial: Redial,
-    /// Whether a node on its own worker that finds itself hearing nobody (the heartbeat cut
-    /// off every established connection, at least
-    /// [`DEAF_PEERS_MIN`](tagspace_core::engine::DEAF_PEERS_MIN) peers went down, and no
-    /// control frame came from anyone for the heartbeat's timeout: UCX's shared-memory
-    /// receive FIFO stuck by a writer killed mid-send) replaces its worker: a new worker, the
-    /// listener again at the same address, the receives waiting posted again there, the
+    /// Whether a node on its own worker that finds itself hearing nobody
+    /// ([`Deafness`](tagspace_core::engine::Deafness): no established connection left, at
+    /// least [`DEAF_PEERS_MIN`](tagspace_core::engine::DEAF_PEERS_MIN) peers down, silence
+    /// where a live peer would have spoken, and no control frame from anyone for the
+    /// heartbeat's timeout: UCX's shared-memory receive FIFO stuck by a writer killed
+    /// mid-send) replaces its worker: a new worker, the listener again at the same address
+    /// (another port if that one cannot be bound yet), the receives waiting posted again there, the
     /// messages that had arrived carried over; the peers are then dialled as after any fault
     /// (`redial`). Default `true`. `false`, and on a host's worker: counted
     /// (`stats().deaf`) and logged only.

@@ -18,7 +18,7 @@ use super::{
     dials_after, AfterClose, Backoff, Charge, Check, ConnId, Control, Ending, Engine, Expiry,
     LinkState, Loss, OpId, PeerGone, Redial, Waits,
 };
-use crate::session::SessionError;
+use crate::session::{Phase, SessionError};
 use crate::wire::CloseReason;
 
 /// What the adapter does next ([`Engine::poll_action`]), in queue order.
@@ -73,10 +73,10 @@ pub enum Action<E> {
         /// Where it listens.
         addr: crate::wire::Address,
     },
-    /// This node hears nobody ([`Deafness`](super::Deafness)): the heartbeat cut off every
-    /// established connection, several peers went down and no control frame has arrived
-    /// from anyone for the heartbeat's timeout — its transport no longer delivers to it (UCX's
-    /// shared-memory receive FIFO stuck for good). Replace what receives (a new worker, the
+    /// This node hears nobody ([`Deafness`](super::Deafness)): no established connection is
+    /// left, several peers went down, a deadline found silence where a live peer would have
+    /// spoken, and no control frame has arrived from anyone for the heartbeat's timeout — its
+    /// transport no longer delivers to it (UCX's shared-memory receive FIFO stuck for good). Replace what receives (a new worker, the
     /// listener again at the same address, the receives waiting moved there), close what is
     /// left on the old one, and let the dials reconnect; where a host owns the worker, tell
     /// the host.
@@ -320,6 +320,14 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
             return;
         };
         let (key, peer) = (c.key(), c.peer().unwrap_or(0));
+        // Open a while, nothing ever heard on it (a peer alive enough to accept it, or to
+        // dial, then gave up on this node's silence): evidence this node may not hear.
+        if let Some(l) = self.liveness {
+            let open_ms = (self.live.now()).saturating_sub(c.deadlines().opened_live_ms());
+            if c.session().phase() == Phase::Connecting && open_ms >= l.timeout_ms / 2 {
+                self.deafness.cut_silent();
+            }
+        }
         let why = match c.state() {
             // Its endpoint is closing already (the adapter took it out): only the sends
             // still on it end.
@@ -348,12 +356,19 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
     /// heartbeat (a PING due is sent; one unanswered too long closes the connection and ends
     /// what is in flight on it, D3) — and superseded connections whose linger is over (P4).
     pub fn handle_timeout(&mut self, now_ms: u64) {
-        let mut silent = false;
         for (conn, check) in self.conns.sweep(&mut self.live, now_ms, self.liveness) {
             match check {
                 Check::Expired(why) => {
+                    // Silence that says this node may not hear: a PING unanswered, a
+                    // connection that never brought a HELLO (a dial that reached a live
+                    // peer, or a peer's dial).
+                    if matches!(
+                        why,
+                        Expiry::Unresponsive | Expiry::Handshake(CloseReason::ProtocolError)
+                    ) {
+                        self.deafness.cut_silent();
+                    }
                     if why == Expiry::Unresponsive {
-                        silent = true;
                         self.abandon(conn);
                     }
                     self.cut_off(conn, Some(why.reason()), Why::Expired(why));
@@ -362,9 +377,9 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
                 Check::Nothing => {}
             }
         }
-        if let (true, Some(l)) = (silent, self.liveness) {
-            let open = self.conns.established_open();
-            if self.deafness.check(self.live.now(), l.timeout_ms, open) {
+        if let Some(l) = self.liveness {
+            let conns = &self.conns;
+            if (self.deafness).check(self.live.now(), l.timeout_ms, || conns.established_open()) {
                 self.actions.push_back(Action::Deaf);
             }
         }

@@ -117,6 +117,7 @@ pub enum Check {
 #[derive(Clone, Copy, Debug)]
 pub struct Deadlines {
     opened_ms: u64,
+    opened_live_ms: u64,
     ack_wait_since: Option<u64>,
     next_ping_ms: u64,
     ping_ms: u64,
@@ -127,10 +128,16 @@ impl Deadlines {
     pub fn new(now_ms: u64, live_ms: u64) -> Self {
         Deadlines {
             opened_ms: now_ms,
+            opened_live_ms: live_ms,
             ack_wait_since: None,
             next_ping_ms: live_ms,
             ping_ms: live_ms,
         }
+    }
+
+    /// When the connection opened, in live time ([`LiveClock`]).
+    pub fn opened_live_ms(&self) -> u64 {
+        self.opened_live_ms
     }
 
     /// One of this connection's withdrawals was acknowledged: the peer is answering, so its
@@ -229,19 +236,26 @@ pub(crate) trait Link<const CAP: usize> {
 /// A node that hears nobody: UCX's shared-memory receive FIFO stuck by a writer killed (or
 /// stopped) between reserving a slot and filling it leaves its process unable to read
 /// anything any peer sends it over shared memory, for good, while every endpoint looks fine
-/// (see the README). Its heartbeat then cuts every peer off; only a new worker (a new FIFO)
+/// (see the README). Its heartbeat then cuts its peers off; only a new worker (a new FIFO)
 /// and a reconnect bring it back.
 ///
-/// Deaf when the heartbeat has just cut a connection off, no established connection is left
-/// open, no control frame has arrived from anyone for the heartbeat's timeout (live time),
-/// and at least [`DEAF_PEERS_MIN`] peers went down since the last one arrived. One silent
-/// peer is not enough: with a single peer, a peer that stopped and a receive queue that
-/// stopped look the same from here, and replacing a worker costs every connection. Told once
-/// per episode: a frame heard starts over.
+/// Deaf when no established connection is left open, no control frame has arrived from
+/// anyone for the heartbeat's timeout (live time), at least [`DEAF_PEERS_MIN`] peers went
+/// down since the last one arrived, and a deadline found silence where a live peer would have
+/// spoken ([`cut_silent`](Self::cut_silent): a PING unanswered, or a connection that brought
+/// no HELLO in half the heartbeat's timeout or more — a dial that reached a live peer, or a
+/// peer's dial, ended by the handshake's deadline or by the peer; whichever side's heartbeat
+/// fires first, the other sees a reset, so the redials are the evidence then).
+/// Peers that all died are not a deaf node: their dials fail at once, nothing goes silent.
+/// One silent peer is not enough: with a single peer, a
+/// peer that stopped and a receive queue that stopped look the same from here, and replacing
+/// a worker costs every connection. Peers that close in order are heard (their CLOSE). Told
+/// once per episode: a frame heard starts over.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Deafness {
     heard_ms: u64,
     lost_since: u32,
+    silent_since: u32,
     told: bool,
 }
 
@@ -254,8 +268,7 @@ impl Deafness {
     pub fn new(live_ms: u64) -> Self {
         Deafness {
             heard_ms: live_ms,
-            lost_since: 0,
-            told: false,
+            ..Deafness::default()
         }
     }
 
@@ -263,6 +276,7 @@ impl Deafness {
     pub fn heard(&mut self, live_ms: u64) {
         self.heard_ms = self.heard_ms.max(live_ms);
         self.lost_since = 0;
+        self.silent_since = 0;
         self.told = false;
     }
 
@@ -271,13 +285,20 @@ impl Deafness {
         self.lost_since = self.lost_since.saturating_add(1);
     }
 
-    /// After the heartbeat cut a connection off at live time `live_ms`, with `open`
-    /// established connections left: whether this node is deaf and not yet told so.
-    pub fn check(&mut self, live_ms: u64, timeout_ms: u64, open: usize) -> bool {
+    /// Silence where a live peer would have spoken: a PING unanswered, or a connection that
+    /// ended without a HELLO after half the heartbeat's timeout or more.
+    pub fn cut_silent(&mut self) {
+        self.silent_since = self.silent_since.saturating_add(1);
+    }
+
+    /// Whether this node is deaf at live time `live_ms` and not yet told so; `open` counts
+    /// the established connections still open (asked only when the rest says deaf).
+    pub fn check(&mut self, live_ms: u64, timeout_ms: u64, open: impl FnOnce() -> usize) -> bool {
         let deaf = !self.told
-            && open == 0
             && self.lost_since >= DEAF_PEERS_MIN
-            && live_ms.saturating_sub(self.heard_ms) >= timeout_ms;
+            && self.silent_since > 0
+            && live_ms.saturating_sub(self.heard_ms) >= timeout_ms
+            && open() == 0;
         self.told |= deaf;
         deaf
     }
@@ -421,24 +442,32 @@ pub(crate) mod tests {
     fn deaf_only_when_several_peers_went_silent_and_nothing_was_heard_for_the_timeout() {
         let mut d = Deafness::new(0);
         d.peer_lost();
+        d.cut_silent();
         // One peer silent: a stopped peer looks the same; not deaf.
-        assert!(!d.check(10_000, 5_000, 0));
-        d.peer_lost();
+        assert!(!d.check(10_000, 5_000, || 0));
+        // Two peers that died (transport failures), none cut off by the heartbeat: not deaf.
+        let mut died = Deafness::new(0);
+        died.peer_lost();
+        died.peer_lost();
+        assert!(!died.check(10_000, 5_000, || 0));
         // Heard 1 s ago: not for the whole timeout.
+        d.peer_lost();
         d.heard(9_000);
         d.peer_lost();
+        d.cut_silent();
         d.peer_lost();
-        assert!(!d.check(10_000, 5_000, 0));
+        assert!(!d.check(10_000, 5_000, || 0));
         // An established connection left open: someone may still be heard.
-        assert!(!d.check(15_000, 5_000, 1));
-        assert!(d.check(15_000, 5_000, 0));
+        assert!(!d.check(15_000, 5_000, || 1));
+        assert!(d.check(15_000, 5_000, || 0));
         // Told once per episode.
-        assert!(!d.check(20_000, 5_000, 0));
+        assert!(!d.check(20_000, 5_000, || 0));
         // A frame heard starts a new one.
         d.heard(21_000);
         d.peer_lost();
         d.peer_lost();
-        assert!(!d.check(25_000, 5_000, 0));
-        assert!(d.check(26_000, 5_000, 0));
+        assert!(!d.check(26_000, 5_000, || 0), "no heartbeat cut-off yet");
+        d.cut_silent();
+        assert!(d.check(26_000, 5_000, || 0));
     }
 }

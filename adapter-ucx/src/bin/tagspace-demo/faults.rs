@@ -16,6 +16,17 @@
 //! 5. round 2 as round 1: exactly once; then nothing is left in any queue (nothing was
 //!    delivered twice, nothing retransmitted).
 //!
+//! `--stick W` (shared memory, 3 or more processes) is the fault that needs a new worker:
+//! process W streams 8 000-byte messages to process V = W + 1 (mod N), and is stopped
+//! (SIGSTOP) at a random moment until it is caught between reserving a slot in V's
+//! shared-memory receive FIFO and filling it — V then hears nobody (another process's message
+//! to V is not read within 3 s; else W resumes and is stopped again, at most
+//! [`STICK_TRIES`] times) — and W is killed there. V must see every peer go down, find
+//! itself deaf, replace its worker (`REPLACED`) and get every live peer back by itself; a
+//! receive V posted before the fault must take a message sent after it; round 2 runs among
+//! the survivors, exactly once. `--keep-worker` (the control) turns the replacement off: the
+//! run then fails, V cut off for good.
+//!
 //! The last line is the verdict, starting with `OK` (exit 0) or `FAILED` (exit 1).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -35,7 +46,8 @@ use super::demo::{
 };
 
 const USAGE: &str = "usage: tagspace-demo faults [--procs N] [--messages M] [--transport \
-tcp|shm] [--away SECS] (--stop S | --hosts 2 --spawn-via CMD --cut-link CMD --heal-link CMD)";
+tcp|shm] [--away SECS] (--stop S | --stick W [--keep-worker] | --hosts 2 --spawn-via CMD \
+--cut-link CMD --heal-link CMD)";
 
 /// The heartbeat here: a stopped process is cut off within this (short, so that the job is;
 /// long enough that a loaded 2-core machine's scheduling does not cut off a running one).
@@ -53,6 +65,20 @@ const BACKOFF: Backoff = Backoff {
 const EOF: &str = "<eof>";
 /// The payload of the sends to a peer known down (step 3).
 const PROBE_PAYLOAD: u64 = 0xf_ffff;
+/// `--stick`: the payload of the one-message pokes ("does V still hear?"), of W's stream,
+/// the stream's message size (eager: below the rendezvous threshold, so each is copied into
+/// V's FIFO between the slot's reservation and its flag) and how many of its sends and of
+/// V's receives are in flight at once.
+const POKE_PAYLOAD: u64 = 0xf_fffe;
+const STREAM_PAYLOAD: u64 = 0xf_fffd;
+const STREAM_LEN: usize = 8_000;
+const STREAM_WINDOW: usize = 16;
+/// `--stick`: how many times W is stopped at most before the run gives up catching it
+/// mid-send (one stop in about 30 catches it in a debug build; a stop that misses costs
+/// about 0.1 s), and how long V may take to answer a poke while its queue still works (a
+/// loaded machine's scheduling must not pass for a stuck queue).
+const STICK_TRIES: usize = 300;
+const POKE_WAIT: Duration = Duration::from_secs(3);
 
 #[derive(Clone, Debug)]
 struct Opts {
@@ -61,6 +87,8 @@ struct Opts {
     transport: String,
     away_s: u64,
     stop: Option<usize>,
+    stick: Option<usize>,
+    keep_worker: bool,
     hosts: usize,
     spawn_via: Option<String>,
     cut_link: Option<String>,
@@ -77,6 +105,8 @@ impl Opts {
             transport: "tcp".into(),
             away_s: 8,
             stop: None,
+            stick: None,
+            keep_worker: false,
             hosts: 1,
             spawn_via: None,
             cut_link: None,
@@ -97,6 +127,8 @@ impl Opts {
                 "--messages" => o.messages = num(a, value(a)?)?,
                 "--away" => o.away_s = num(a, value(a)?)? as u64,
                 "--stop" => o.stop = Some(num(a, value(a)?)?),
+                "--stick" => o.stick = Some(num(a, value(a)?)?),
+                "--keep-worker" => o.keep_worker = true,
                 "--hosts" => o.hosts = num(a, value(a)?)?,
                 "--peer" => o.peer_index = Some(num(a, value(a)?)?),
                 "--spawn-via" => o.spawn_via = Some(value(a)?),
@@ -123,12 +155,20 @@ impl Opts {
         }
         if o.peer_index.is_none() {
             let cut = o.cut_link.is_some() && o.heal_link.is_some() && o.spawn_via.is_some();
-            match (o.stop, cut) {
-                (Some(s), false) if s < o.procs && o.hosts == 1 => {}
-                (None, true) if o.hosts == 2 => {}
+            match (o.stop, o.stick, cut) {
+                (Some(s), None, false) if s < o.procs && o.hosts == 1 => {}
+                (None, Some(w), false) if w < o.procs && o.hosts == 1 => {
+                    if o.transport != "shm" || o.procs < 3 {
+                        return Err("--stick needs --transport shm and 3 or more processes \
+                                    (the stuck one must lose two peers)"
+                            .into());
+                    }
+                }
+                (None, None, true) if o.hosts == 2 => {}
                 _ => {
-                    return Err("name one fault: --stop S (a process), or --hosts 2 with \
-                                --spawn-via, --cut-link and --heal-link"
+                    return Err("name one fault: --stop S (a process), --stick W (a writer \
+                                caught mid-send), or --hosts 2 with --spawn-via, --cut-link \
+                                and --heal-link"
                         .into())
                 }
             }
@@ -151,9 +191,14 @@ impl Opts {
         }
     }
 
-    /// Whether process `i` runs during the fault.
+    /// Whether process `i` runs during the fault (and, for `--stick`, after it).
     fn runs(&self, i: usize) -> bool {
-        self.stop != Some(i)
+        self.stop != Some(i) && self.stick != Some(i)
+    }
+
+    /// `--stick`: the process whose receive queue the writer sticks.
+    fn victim(&self) -> Option<usize> {
+        self.stick.map(|w| (w + 1) % self.procs)
     }
 }
 
@@ -204,6 +249,7 @@ fn peer(o: &Opts) -> Result<(), String> {
     let mut cfg = NodeConfig::loopback(ucx);
     cfg.liveness = Some(LIVENESS);
     cfg.redial = Redial::Dial(BACKOFF);
+    cfg.replace_deaf_worker = !o.keep_worker;
     if let Some(ip) = o.listen {
         cfg.listen = Some(SocketAddr::new(ip, 0));
     }
@@ -220,14 +266,56 @@ fn peer(o: &Opts) -> Result<(), String> {
     let mut probes: HashMap<OpId, usize> = HashMap::new();
     let mut probe_errors: Vec<String> = Vec::new();
     let mut ready = false;
+    // `--stick`: a receive from any peer for pokes, always posted (on the victim it is posted
+    // before the fault and must work after it), the victim's receives for the writer's
+    // stream, and the writer's stream (its target and its sends in flight).
+    let mut poke = node.recv(lib, POKE_PAYLOAD, 64);
+    let mut sink: Option<Vec<OpId>> = None;
+    let mut stream: Option<(usize, Vec<OpId>)> = None;
+    let mut replaced = 0;
     loop {
-        if !node.progress() {
+        // A writer never sleeps: the longer it spends copying into the victim's FIFO, the
+        // likelier a stop catches it there.
+        if !node.progress() && stream.is_none() {
             node.wait(1).map_err(|e| e.to_string())?;
+        }
+        if node.is_done(poke) {
+            match node.take(poke) {
+                Some(Ok(_)) => println!("POKED {}", now_ns()),
+                other => eprintln!("peer {me}: a poke receive ended with {other:?}"),
+            }
+            poke = node.recv(lib, POKE_PAYLOAD, 64);
+        }
+        if let Some(ops) = &mut sink {
+            ops.retain(|&op| !node.is_done(op) || node.take(op).is_none());
+            while ops.len() < STREAM_WINDOW {
+                ops.push(node.recv(lib, STREAM_PAYLOAD, STREAM_LEN));
+            }
+        }
+        if let Some((j, ops)) = &mut stream {
+            ops.retain(|&op| !node.is_done(op) || node.take(op).is_none());
+            while ops.len() < STREAM_WINDOW && !down.contains(j) {
+                let data = vec![0x5a; STREAM_LEN];
+                ops.push(node.send(lib, peers[*j].1, STREAM_PAYLOAD, data, 10_000));
+            }
+        }
+        if node.stats().workers_replaced != replaced {
+            replaced = node.stats().workers_replaced;
+            println!("REPLACED {replaced} {}", now_ns());
         }
         while let Some(ev) = node.peer_event(lib) {
             let (what, peer) = match ev {
                 PeerEvent::Up { peer } => ("UP", peer),
-                PeerEvent::Down { peer, .. } => ("DOWN", peer),
+                PeerEvent::Down {
+                    peer,
+                    cause,
+                    reason,
+                } => {
+                    let j = index.get(&peer).copied().unwrap_or(usize::MAX);
+                    let why = cause.map_or(format!("{reason:?}"), |e| e.to_string());
+                    eprintln!("peer {me}: process {j} went down ({why})");
+                    ("DOWN", peer)
+                }
             };
             if let Some(&j) = index.get(&peer) {
                 if what == "UP" {
@@ -261,7 +349,19 @@ fn peer(o: &Opts) -> Result<(), String> {
                     }
                     Some("ROUND") => {
                         let n: u64 = w.next().and_then(|n| n.parse().ok()).ok_or("bad ROUND")?;
-                        round = Some(start_round(&mut node, lib, o, me, &peers, n));
+                        round = Some(start_round(&mut node, lib, o, me, &peers, &down, n));
+                    }
+                    Some("SINK") => sink = Some(Vec::new()),
+                    Some(cmd @ ("STREAM" | "POKE")) => {
+                        let j: usize = (w.next().and_then(|j| j.parse().ok()))
+                            .filter(|&j| j < peers.len() && j != me)
+                            .ok_or(format!("bad {cmd} line"))?;
+                        if cmd == "STREAM" {
+                            stream = Some((j, Vec::new()));
+                        } else {
+                            let op = node.send(lib, peers[j].1, POKE_PAYLOAD, vec![1], 5_000);
+                            probes.insert(op, usize::MAX);
+                        }
                     }
                     Some("PROBE") => {
                         for &j in &down {
@@ -304,6 +404,8 @@ fn peer(o: &Opts) -> Result<(), String> {
             for op in done {
                 let j = probes.remove(&op).unwrap_or_default();
                 match node.take(op) {
+                    // A poke: the victim answers (or not), the send itself is not judged.
+                    _ if j == usize::MAX => continue,
                     Some(Err(NodeError::PeerDown { .. })) => {}
                     other => probe_errors.push(format!("to {j}: {other:?}").replace(' ', "_")),
                 }
@@ -329,6 +431,7 @@ fn start_round(
     o: &Opts,
     me: usize,
     peers: &[(SocketAddr, u64)],
+    down: &HashSet<usize>,
     n: u64,
 ) -> Round {
     let mut r = Round {
@@ -336,7 +439,7 @@ fn start_round(
         ..Round::default()
     };
     for (j, &(_, token)) in peers.iter().enumerate() {
-        if j == me {
+        if j == me || down.contains(&j) {
             continue;
         }
         for s in 0..o.messages {
@@ -443,7 +546,7 @@ impl Parent<'_> {
         let line = line.unwrap_or_else(|| EOF.to_string());
         let w: Vec<String> = line.split_whitespace().map(String::from).collect();
         match w.first().map(String::as_str) {
-            Some(kind @ ("UP" | "DOWN")) if w.len() == 3 => {
+            Some(kind @ ("UP" | "DOWN" | "REPLACED")) if w.len() == 3 => {
                 let (Ok(p), Ok(t)) = (w[1].parse(), w[2].parse()) else {
                     return Err(format!("process {i}: bad line {line:?}"));
                 };
@@ -496,7 +599,10 @@ impl Parent<'_> {
                 return Ok(worst as f64 / 1e6);
             }
             let next = self.next(limit).and_then(|(i, w)| match w.first() {
-                Some(k) if k == EOF => Err(format!("process {i} ended early")),
+                // The writer `--stick` killed ends, as it should.
+                Some(k) if k == EOF && self.o.stick != Some(i) => {
+                    Err(format!("process {i} ended early"))
+                }
                 _ => Ok(()),
             });
             if let Err(e) = next {
@@ -509,14 +615,36 @@ impl Parent<'_> {
         }
     }
 
-    /// A round: every process sends everyone `messages`; all must arrive exactly once.
+    /// Whether process `i` prints a line starting with `what` within `wait` (other lines are
+    /// recorded as ever).
+    fn await_line(&mut self, i: usize, what: &str, wait: Duration) -> Result<bool, String> {
+        let limit = Instant::now() + wait;
+        loop {
+            match self.next(limit) {
+                Ok((j, w)) if j == i && w.first().is_some_and(|k| k == what) => return Ok(true),
+                Ok((j, w)) if j == i && w.first().is_some_and(|k| k == EOF) => {
+                    return Err(format!("process {i} ended early"))
+                }
+                Ok(_) => {}
+                Err(_) if Instant::now() >= limit => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// A round: every process sends every other `messages` (in round 2 but the writer
+    /// `--stick` killed); all must arrive exactly once.
     fn round(&mut self, n: u64) -> Result<(), String> {
-        let all: Vec<usize> = (0..self.o.procs).collect();
+        let gone = if n > 1 { self.o.stick } else { None };
+        let all: Vec<usize> = (0..self.o.procs).filter(|&i| Some(i) != gone).collect();
         for &i in &all {
             self.tell(i, &format!("ROUND {n}"))?;
         }
-        let want = (self.o.messages * (self.o.procs - 1)) as u64;
+        let want = (self.o.messages * (all.len() - 1)) as u64;
         for (i, w) in self.collect("ROUND", &all)?.iter().enumerate() {
+            if !all.contains(&i) {
+                continue;
+            }
             let num = |k: usize| w.get(k).and_then(|v| v.parse::<u64>().ok());
             if (num(1), num(2), num(3)) != (Some(n), Some(want), Some(want)) {
                 return Err(format!(
@@ -529,7 +657,7 @@ impl Parent<'_> {
         }
         println!(
             "round {n}: {} messages, each delivered exactly once",
-            want * self.o.procs as u64
+            want * all.len() as u64
         );
         Ok(())
     }
@@ -563,6 +691,9 @@ impl Parent<'_> {
         }
         self.collect("READY", &all)?;
         self.round(1)?;
+        if let Some(w) = o.stick {
+            return self.stick(w);
+        }
 
         let pairs = o.separated();
         let watching: Vec<(usize, usize)> =
@@ -633,6 +764,89 @@ impl Parent<'_> {
     }
 }
 
+impl Parent<'_> {
+    /// `--stick W`: catches W mid-send into V's FIFO, kills it there, and checks that V
+    /// replaces its worker and gets its peers back (see the module's doc).
+    fn stick(&mut self, w: usize) -> Result<String, String> {
+        let o = self.o;
+        let v = o.victim().ok_or("no victim")?;
+        let others: Vec<usize> = (0..o.procs).filter(|&i| i != w && i != v).collect();
+        let l = others[0];
+        self.tell(v, "SINK")?;
+        self.tell(w, &format!("STREAM {v}"))?;
+        std::thread::sleep(Duration::from_millis(300));
+        let mut tries = 0;
+        let mut stopped_at;
+        loop {
+            if tries == STICK_TRIES {
+                return Err(format!(
+                    "process {w} was never caught mid-send in {STICK_TRIES} stops"
+                ));
+            }
+            tries += 1;
+            // A moment that is not in step with anything.
+            std::thread::sleep(Duration::from_micros(1_000 + now_ns() % 29_000));
+            stopped_at = now_ns();
+            self.signal(w, "-STOP")?;
+            std::thread::sleep(Duration::from_millis(100));
+            self.tell(l, &format!("POKE {v}"))?;
+            if !self.await_line(v, "POKED", POKE_WAIT)? {
+                break;
+            }
+            self.signal(w, "-CONT")?;
+        }
+        println!(
+            "process {v}'s shared-memory receive queue stuck: process {w} stopped mid-send \
+             (stop {tries}), a poke from process {l} not read in {} ms; process {w} killed there",
+            POKE_WAIT.as_millis()
+        );
+        self.signal(w, "-KILL")?;
+        // Every live peer of V's goes down on both sides, V replaces its worker, and they
+        // come back.
+        let pairs: Vec<(usize, usize)> = others.iter().flat_map(|&b| [(v, b), (b, v)]).collect();
+        let down_ms = self.await_events("DOWN", stopped_at, &pairs)?;
+        println!(
+            "process {v} and its live peers saw each other go down within {down_ms:.0} ms of \
+             the stop"
+        );
+        let limit = Instant::now() + TIMEOUT;
+        while !(self.events[v]).contains_key(&("REPLACED".to_string(), 1)) {
+            self.next(limit)
+                .map_err(|e| format!("waiting for process {v} to replace its worker: {e}"))?;
+        }
+        let replaced_at = self.events[v][&("REPLACED".to_string(), 1)][0];
+        let replaced_ms = (replaced_at.saturating_sub(stopped_at)) as f64 / 1e6;
+        println!("process {v} found itself deaf and replaced its worker {replaced_ms:.0} ms after the stop");
+        let up_ms = self.await_events("UP", replaced_at, &pairs)?;
+        println!("every live peer of process {v}'s came back within {up_ms:.0} ms of it");
+        self.tell(l, &format!("POKE {v}"))?;
+        if !self.await_line(v, "POKED", TIMEOUT)? {
+            return Err(format!(
+                "process {v}: the receive posted before the fault took nothing after it"
+            ));
+        }
+        println!("a receive process {v} posted before the fault took a message sent after it");
+        self.round(2)?;
+        let survivors: Vec<usize> = (0..o.procs).filter(|&i| o.runs(i)).collect();
+        for &i in &survivors {
+            self.tell(i, "EXIT")?;
+        }
+        for (i, d) in self.collect("DONE", &survivors)?.iter().enumerate() {
+            let num = |k: usize| d.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            if survivors.contains(&i) && num(1) != 0 {
+                return Err(format!("process {i}: {} messages left over", num(1)));
+            }
+        }
+        Ok(format!(
+            "OK: process {v}'s receive queue stuck by process {w} caught mid-send (stop \
+             {tries}) and killed: down within {down_ms:.0} ms of the stop, worker replaced \
+             {replaced_ms:.0} ms after it, every live peer back within {up_ms:.0} ms of that, \
+             a receive posted before the fault worked after it, round 2 exactly once, 0 \
+             duplicates"
+        ))
+    }
+}
+
 fn parent(o: &Opts) -> Result<(), String> {
     let (major, minor, release) = ucx_version();
     println!(
@@ -649,6 +863,9 @@ fn parent(o: &Opts) -> Result<(), String> {
             ("--hosts", o.hosts.to_string()),
         ] {
             args.extend([k.to_string(), v]);
+        }
+        if o.keep_worker {
+            args.push("--keep-worker".into());
         }
         (o.host_of(i), args)
     })?;
@@ -667,7 +884,9 @@ fn parent(o: &Opts) -> Result<(), String> {
         if result.is_err() {
             let _ = c.kill();
         }
-        if let Err(why) = wait_child(c, Duration::from_secs(10)) {
+        let why = wait_child(c, Duration::from_secs(10));
+        // The writer `--stick` killed does not exit cleanly.
+        if let (Err(why), false) = (why, o.stick == Some(i)) {
             exits.push(format!("process {i}: {why}"));
         }
     }
