@@ -185,6 +185,8 @@ fn poll_timeout_names_the_next_timed_event() {
 /// What became of a node that heard nobody (see [`deaf_node`]).
 struct AfterDeaf {
     replaced: u64,
+    /// Whether `a` listens at the same address after it.
+    same_addr: bool,
     back: bool,
     carried: Option<Vec<u8>>,
     moved: Option<Vec<u8>>,
@@ -245,6 +247,7 @@ fn deaf_node(replace: bool) -> AfterDeaf {
     assert!(b.take(sent).unwrap().is_ok());
     let any = a.recv(la, 9, 64);
 
+    let addr = a.listen_addr().unwrap();
     a.deafen_for_test();
     let (bt, ct) = (b.token(), c.token());
     let mut back = false;
@@ -264,6 +267,7 @@ fn deaf_node(replace: bool) -> AfterDeaf {
     }
     let mut after = AfterDeaf {
         replaced: a.stats().workers_replaced,
+        same_addr: a.listen_addr().ok() == Some(addr),
         back,
         carried: None,
         moved: None,
@@ -291,6 +295,7 @@ fn deaf_node(replace: bool) -> AfterDeaf {
 fn a_node_that_hears_nobody_replaces_its_worker_and_gets_its_peers_back() {
     let after = deaf_node(true);
     assert_eq!(after.replaced, 1);
+    assert!(after.same_addr, "listens elsewhere after the replacement");
     assert!(after.back, "the deaf node did not get its peers back");
     assert_eq!(after.carried.as_deref(), Some(&b"before the fault"[..]));
     assert_eq!(after.moved.as_deref(), Some(&b"after"[..]));

@@ -15,8 +15,13 @@ use super::*;
 pub const CARRIED_MAX: usize = 4096;
 /// The longest message carried over from a replaced worker, in bytes.
 pub const CARRY_LEN_MAX: usize = 1 << 20;
-/// How long a replacement waits for one carried message's data before giving it up.
+/// How long a replacement waits for one carried message's data before giving it up, and for
+/// all of them.
 const CARRY_WAIT: Duration = Duration::from_millis(100);
+const CARRY_WAIT_ALL: Duration = Duration::from_secs(1);
+/// How often (ms) a node with a replaced worker still finishing looks at it when it waits
+/// ([`Node::poll_timeout_ms`]).
+pub(super) const RETIRED_POLL_MS: u64 = 10;
 
 /// Messages that had arrived on a replaced worker and were not received there, oldest first:
 /// every receive looks here before it looks at the worker (they were sent before anything the
@@ -49,6 +54,13 @@ impl Carried {
     /// How many are carried.
     pub(super) fn len(&self) -> usize {
         self.msgs.len()
+    }
+
+    /// Drops those sent to namespace id `id` (released); how many.
+    pub(super) fn forget(&mut self, layout: &TagLayout, id: u16) -> u64 {
+        let before = self.msgs.len();
+        self.msgs.retain(|(t, _)| layout.namespace_of(*t) != id);
+        (before - self.msgs.len()) as u64
     }
 }
 
@@ -122,6 +134,8 @@ impl Node {
             }
         };
         let old = std::mem::replace(&mut self.worker, new);
+        // Kept (and progressed) from here on, whatever fails below.
+        self.retired.push(old.clone());
         self.listener = listener;
         #[cfg(feature = "test-hooks")]
         {
@@ -138,11 +152,9 @@ impl Node {
         }
         self.carry_out();
         let carried = self.carry_from(&old);
-        let now = self.clock.now_ms();
-        self.with_ops(|e, t| e.repost_receives(t, now));
+        self.with_ops(|e, t| e.repost_receives(t));
         drop(self.ack_recv.take());
         self.post_ack_recv()?;
-        self.retired.push(old);
         Ok(carried)
     }
 
@@ -152,7 +164,14 @@ impl Node {
     fn carry_from(&mut self, old: &Worker) -> usize {
         let layout = self.registry.layout();
         let mut carried = 0;
+        let all = Instant::now();
         loop {
+            if all.elapsed() > CARRY_WAIT_ALL {
+                tracing::warn!(
+                    "carrying messages off the replaced worker took too long; the rest are left"
+                );
+                break;
+            }
             let taken = match old.tag_probe_take(0, 0, CARRY_LEN_MAX) {
                 Ok(Some(t)) => t,
                 Ok(None) => break,
@@ -175,18 +194,16 @@ impl Node {
             let id = layout.namespace_of(info.tag);
             let keep = id != CONTROL_ID
                 && (self.engine.libs().iter()).any(|(_, l)| l.ns().id() == id)
-                && self.engine.conns().sender_of(layout, info.tag).is_some()
+                && !self.engine.conns().forged(layout, info.tag)
                 && self.carried.len() < CARRIED_MAX;
             match done {
                 Some(Ok(Completion::Received { tag, data })) if keep => {
                     self.carried.msgs.push_back((tag, data));
                     carried += 1;
                 }
-                Some(_) => self.stats.carry_dropped += 1,
-                None => {
-                    self.stats.carry_dropped += 1;
-                    self.background.push(req);
-                }
+                // Unfinished (a rendezvous from a peer already gone): dropped, which cancels
+                // it and parks it with the old worker until that goes.
+                Some(_) | None => self.stats.carry_dropped += 1,
             }
         }
         self.stats.carried += carried as u64;
@@ -196,11 +213,20 @@ impl Node {
     /// Progresses the workers replaced before, takes what they completed, and lets each go
     /// once nothing made from it is left.
     pub(super) fn progress_retired(&mut self) {
+        let mut errors = Vec::new();
         for w in &self.retired {
             w.progress_up_to(UCX_PROGRESS_PER_CALL);
+            // Nothing on it is read any more (it could not hear: that is why it went).
             while w.take_am().is_some() {}
-            while w.take_ep_error().is_some() {}
+            // Its endpoints' failures still end what waits on them (a closing endpoint whose
+            // peer died is force-closed, D3).
+            while let Some(e) = w.take_ep_error() {
+                errors.push(e);
+            }
             w.take_completed(&mut self.completed);
+        }
+        for (key, error) in errors {
+            self.on_ep_error(key, error);
         }
         self.retired.retain(|w| !w.is_last_handle());
     }

@@ -69,6 +69,7 @@ mod wireup;
 
 use config::index_keys;
 pub use config::{fresh_identity, Clock, HostInfo, HostProgress, NodeConfig};
+use deaf::RETIRED_POLL_MS;
 pub use deaf::{CARRIED_MAX, CARRY_LEN_MAX};
 pub use stats::NodeStats;
 
@@ -294,6 +295,20 @@ impl Node {
         cfg: NodeConfig,
         registry: &'static Registry<CAP>,
     ) -> Result<Node, NodeError> {
+        let mut cfg = cfg;
+        // The listener with SO_REUSEADDR (UCX's `CM_REUSEADDR`, off by default): a worker
+        // that replaces a deaf one listens again at the address its peers were told, while
+        // the old one's connections still hold the port (or wait in TIME_WAIT). Linux lets
+        // the new listener bind only if the old sockets had it too, so it is set from the
+        // start. It never lets two listeners share a port.
+        if !cfg
+            .ucx
+            .options
+            .iter()
+            .any(|(k, _)| k.ends_with("CM_REUSEADDR"))
+        {
+            (cfg.ucx.options).push(("CM_REUSEADDR".into(), "y".into()));
+        }
         let worker = Worker::new(&cfg.ucx)?;
         // No AM id may be left without a handler: on UCX 1.12/1.13 an AM on such an id can
         // crash the process (see `Worker::guard_am_ids`).
@@ -504,6 +519,9 @@ impl Node {
         if let Some(l) = self.engine.release(lib) {
             // Its held messages were sent to this name: dropped (received into a few bytes).
             drop(self.backlog.release(l.ns().id()));
+            // So are messages carried over from a replaced worker (R7: the next name to take
+            // the id must not receive them).
+            self.stats.carry_dropped += (self.carried).forget(self.registry.layout(), l.ns().id());
             for id in l.am_ids() {
                 let _ = self.worker.clear_am_handler(id);
             }
@@ -746,7 +764,10 @@ impl Node {
             .is_none()
             .then(|| self.backlog.next_ms())
             .flatten();
-        let at = at.into_iter().chain(held).min()?;
+        // A replaced worker's completions do not wake this one's event fd: looked at often
+        // while it finishes.
+        let retired = (!self.retired.is_empty()).then_some(now + RETIRED_POLL_MS);
+        let at = at.into_iter().chain(held).chain(retired).min()?;
         Some(at.saturating_sub(now))
     }
 
@@ -787,6 +808,9 @@ impl Node {
             && start.elapsed().as_millis() < timeout_ms as u128
         {
             self.worker.progress();
+            if !self.retired.is_empty() {
+                self.progress_retired();
+            }
             self.close_retired();
             self.background.retain_mut(|r| r.test().is_none());
         }

@@ -181,10 +181,10 @@ impl Node {
     ) -> Result<usize, NodeError> {
         let deadline = timeout.map(|t| Instant::now() + t);
         let m = self.engine.recv_matcher(lib, from, payload);
-        let carried = (m.as_ref().ok()).and_then(|m| self.carried.take(m.tag(), m.mask()));
-        let held = match carried {
+        let held = m.as_ref().ok().and_then(|m| self.take_held(m));
+        let carried = match held {
             Some(_) => None,
-            None => m.as_ref().ok().and_then(|m| self.take_held(m)),
+            None => (m.as_ref().ok()).and_then(|m| self.carried.take(m.tag(), m.mask())),
         };
         let r = m.and_then(|m| loop {
             if let Some((_, data)) = carried {
@@ -297,11 +297,6 @@ impl Node {
     /// [`FORGED_PER_PROBE`] of them per call.
     pub fn probe_inbox(&mut self, lib: LibId, max_len: usize) -> Result<Option<OpId>, NodeError> {
         let m = self.engine.libs().ns(lib)?.inbox_matcher_any_peer();
-        if let Some((_, data)) = self.carried.take(m.tag(), m.mask()) {
-            let r = super::deaf::carried_into(data, max_len).map_err(NodeError::from);
-            let done = Next::finished(self.engine.libs_mut(), lib, r.map(Some), false);
-            return Ok(Some(self.engine.ops_mut().start(done)));
-        }
         if let Some(held) = self.take_held(&m) {
             let req = held.recv_woken(max_len)?;
             return Ok(Some(self.engine.ops_mut().start(Next::Wait(
@@ -312,6 +307,11 @@ impl Node {
                     again: None,
                 },
             ))));
+        }
+        if let Some((_, data)) = self.carried.take(m.tag(), m.mask()) {
+            let r = super::deaf::carried_into(data, max_len).map_err(NodeError::from);
+            let done = Next::finished(self.engine.libs_mut(), lib, r.map(Some), false);
+            return Ok(Some(self.engine.ops_mut().start(done)));
         }
         for _ in 0..FORGED_PER_PROBE {
             // Look first: a stranger's message is taken by its exact tag and never buffered
@@ -359,11 +359,11 @@ impl Node {
     pub fn oldest_waiting(&self, lib: LibId) -> Result<Option<TagInfo>, NodeError> {
         let ns = self.namespace(lib).ok_or(NodeError::NoSuchLibrary)?;
         let m = ns.matcher_any();
-        if let Some(info) = self.carried.oldest(m.tag(), m.mask()) {
-            return Ok(Some(info));
-        }
         if let Some((tag, len)) = self.backlog.oldest(ns.id()) {
             return Ok(Some(TagInfo { tag, len }));
+        }
+        if let Some(info) = self.carried.oldest(m.tag(), m.mask()) {
+            return Ok(Some(info));
         }
         Ok(self.worker.tag_probe(m.tag(), m.mask()))
     }
@@ -517,11 +517,13 @@ impl engine::Transport<EpKey, Io, UcxError> for UcxOps<'_> {
     }
 
     fn post(&mut self, m: &Matcher, max_len: usize) -> Result<Posted<Request>, NodeError> {
-        if let Some((_, data)) = self.carried.take(m.tag(), m.mask()) {
-            return Ok(Posted::Took(super::deaf::carried_into(data, max_len)?));
-        }
+        // Held messages are the oldest (taken out of UCX's queue before the worker went),
+        // then the carried ones, then the worker's.
         if let Some(held) = held_for(self.backlog, self.layout, m) {
             return Ok(Posted::Waiting(held.recv_woken(max_len)?));
+        }
+        if let Some((_, data)) = self.carried.take(m.tag(), m.mask()) {
+            return Ok(Posted::Took(super::deaf::carried_into(data, max_len)?));
         }
         let buf = Vec::with_capacity(max_len);
         Ok(Posted::Waiting(self.worker.tag_recv_woken(
