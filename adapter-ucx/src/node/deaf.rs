@@ -141,10 +141,8 @@ impl Node {
         {
             self.deafened = false;
         }
-        if self.advertise_cfg.is_none() {
-            let a = self.listen_addr().ok().filter(|a| !a.ip().is_unspecified());
-            self.engine.set_advertised(a.map(wire::Address::Ip));
-        }
+        // Told again if the listener had to move (peers learn it once they are back).
+        self.advertise();
         // What is left on the old worker closes: connections still handshaking there (their
         // HELLOs will never be read), the rest are down already.
         for conn in self.engine.conns().ids() {
@@ -192,8 +190,7 @@ impl Node {
                 old.progress();
             };
             let id = layout.namespace_of(info.tag);
-            let keep = id != CONTROL_ID
-                && (self.engine.libs().iter()).any(|(_, l)| l.ns().id() == id)
+            let keep = (self.engine.libs().iter()).any(|(_, l)| l.ns().id() == id)
                 && !self.engine.conns().forged(layout, info.tag)
                 && self.carried.len() < CARRIED_MAX;
             match done {

@@ -447,17 +447,23 @@ impl Node {
             (_, r) => r,
         };
         node.engine.set_redial(redial);
-        let advertise = cfg.advertise.or_else(|| {
-            let a = node.listen_addr().ok()?;
-            (!a.ip().is_unspecified()).then_some(a)
-        });
-        node.engine.set_advertised(advertise.map(wire::Address::Ip));
+        node.advertise();
         match node.host {
             None => node.post_ack_recv()?,
             Some(_) => node.engine.set_owner(QueueOwner::HOST),
         }
         tracing::info!(token = node.token, addr = ?node.listen_addr().ok(), "tagspace node up");
         Ok(node)
+    }
+
+    /// Tells peers where to dial this node: [`NodeConfig::advertise`], else the listener's
+    /// address unless it listens on every interface (which names none).
+    fn advertise(&mut self) {
+        let a = self.advertise_cfg.or_else(|| {
+            let a = self.listen_addr().ok()?;
+            (!a.ip().is_unspecified()).then_some(a)
+        });
+        self.engine.set_advertised(a.map(wire::Address::Ip));
     }
 
     /// This node's token.

@@ -76,10 +76,11 @@ pub enum Action<E> {
     /// This node hears nobody ([`Deafness`](super::Deafness)): no established connection is
     /// left, several peers went down, a deadline found silence where a live peer would have
     /// spoken, and no control frame has arrived from anyone for the heartbeat's timeout — its
-    /// transport no longer delivers to it (UCX's shared-memory receive FIFO stuck for good). Replace what receives (a new worker, the
-    /// listener again at the same address, the receives waiting moved there), close what is
-    /// left on the old one, and let the dials reconnect; where a host owns the worker, tell
-    /// the host.
+    /// transport no longer delivers to it (UCX's shared-memory receive FIFO stuck for good).
+    /// Replace what receives (a new worker, the listener again at the same address, the
+    /// receives waiting moved there with
+    /// [`repost_receives`](super::Engine::repost_receives)), close what is left on the old
+    /// one, and let the dials reconnect; where a host owns the worker, tell the host.
     Deaf,
 }
 
@@ -379,7 +380,7 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
         }
         if let Some(l) = self.liveness {
             let conns = &self.conns;
-            if (self.deafness).check(self.live.now(), l.timeout_ms, || conns.established_open()) {
+            if (self.deafness).check(self.live.now(), l.timeout_ms, || conns.peers().len()) {
                 self.actions.push_back(Action::Deaf);
             }
         }

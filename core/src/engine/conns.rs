@@ -693,13 +693,6 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         live_to(&self.conns, peer)
     }
 
-    /// How many connections are open and established.
-    pub fn established_open(&self) -> usize {
-        (self.conns.iter())
-            .filter(|c| c.is_open() && c.peer().is_some())
-            .count()
-    }
-
     /// Tokens of peers with an open, established connection, sorted.
     pub fn peers(&self) -> Vec<u64> {
         let mut v: Vec<u64> = self

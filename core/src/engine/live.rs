@@ -292,7 +292,8 @@ impl Deafness {
     }
 
     /// Whether this node is deaf at live time `live_ms` and not yet told so; `open` counts
-    /// the established connections still open (asked only when the rest says deaf).
+    /// the peers with an established connection still open (asked only when the rest says
+    /// deaf).
     pub fn check(&mut self, live_ms: u64, timeout_ms: u64, open: impl FnOnce() -> usize) -> bool {
         let deaf = !self.told
             && self.lost_since >= DEAF_PEERS_MIN

@@ -272,6 +272,8 @@ fn peer(o: &Opts) -> Result<(), String> {
     let mut poke = node.recv(lib, POKE_PAYLOAD, 64);
     let mut sink: Option<Vec<OpId>> = None;
     let mut stream: Option<(usize, Vec<OpId>)> = None;
+    // Pokes sent: the victim answers (or not); the sends themselves are not judged.
+    let mut pokes: Vec<OpId> = Vec::new();
     let mut replaced = 0;
     loop {
         // A writer never sleeps: the longer it spends copying into the victim's FIFO, the
@@ -292,6 +294,7 @@ fn peer(o: &Opts) -> Result<(), String> {
                 ops.push(node.recv(lib, STREAM_PAYLOAD, STREAM_LEN));
             }
         }
+        pokes.retain(|&op| !node.is_done(op) || node.take(op).is_none());
         if let Some((j, ops)) = &mut stream {
             ops.retain(|&op| !node.is_done(op) || node.take(op).is_none());
             while ops.len() < STREAM_WINDOW && !down.contains(j) {
@@ -359,8 +362,7 @@ fn peer(o: &Opts) -> Result<(), String> {
                         if cmd == "STREAM" {
                             stream = Some((j, Vec::new()));
                         } else {
-                            let op = node.send(lib, peers[j].1, POKE_PAYLOAD, vec![1], 5_000);
-                            probes.insert(op, usize::MAX);
+                            pokes.push(node.send(lib, peers[j].1, POKE_PAYLOAD, vec![1], 5_000));
                         }
                     }
                     Some("PROBE") => {
@@ -404,8 +406,6 @@ fn peer(o: &Opts) -> Result<(), String> {
             for op in done {
                 let j = probes.remove(&op).unwrap_or_default();
                 match node.take(op) {
-                    // A poke: the victim answers (or not), the send itself is not judged.
-                    _ if j == usize::MAX => continue,
                     Some(Err(NodeError::PeerDown { .. })) => {}
                     other => probe_errors.push(format!("to {j}: {other:?}").replace(' ', "_")),
                 }
