@@ -400,6 +400,16 @@ impl SharedNode {
         unsafe { self.write().node.attach(ep, side) }
     }
 
+    /// [`Node::attach_reconnect`](crate::node::Node::attach_reconnect): `ep` connects to where
+    /// the lost `peer` said it listens.
+    ///
+    /// # Safety
+    /// As for [`attach`](Self::attach).
+    pub unsafe fn attach_reconnect(&self, ep: sys::ucp_ep_h, peer: u64) -> Result<(), NodeError> {
+        // SAFETY: the caller's promise.
+        unsafe { self.write().node.attach_reconnect(ep, peer) }
+    }
+
     /// Stops using the host's endpoint `ep` ([`Node::detach`]): when this returns, no thread is
     /// in a UCX call on `ep` for tagspace and none will start one, so the host may close it.
     /// Unlike a plain node, a shared node needs this also after
@@ -413,6 +423,16 @@ impl SharedNode {
     /// then force-close `ep` ([`Node::sends_given_up_on`](crate::node::Node::sends_given_up_on)).
     pub fn sends_given_up_on(&self, ep: sys::ucp_ep_h) -> bool {
         self.read().node.sends_given_up_on(ep)
+    }
+
+    /// Tells peers to dial `addr` after a fault ([`Node::set_advertise`](crate::node::Node::set_advertise)).
+    pub fn set_advertise(&self, addr: Option<std::net::SocketAddr>) {
+        self.write().node.set_advertise(addr)
+    }
+
+    /// The address this node tells its peers to dial after a fault, if any.
+    pub fn advertised(&self) -> Option<std::net::SocketAddr> {
+        self.read().node.advertised()
     }
 
     /// The next peer lost to a fault that the host should connect to again: its token and

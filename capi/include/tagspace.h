@@ -55,6 +55,9 @@
 // A peer's last connection went down (closed in order, or failed: see `ucs_status`).
 #define TAGSPACE_EVENT_DOWN 2
 
+// Bytes of `tagspace_reconnect_t::host`, the terminating NUL included (INET6_ADDRSTRLEN).
+#define TAGSPACE_HOST_LEN 46
+
 // A live namespace registration. Opaque; `tagspace_release` gives the id back.
 typedef struct tagspace_namespace_t tagspace_namespace_t;
 
@@ -220,7 +223,35 @@ typedef struct tagspace_node_stats_t {
   uint64_t unattached_dropped;
   // Released ids kept quarantined because a message still waits in UCX's queue in them.
   uint64_t quarantine_held;
+  // Connections closed because a PING went unanswered for `heartbeat_timeout_ms`.
+  uint64_t heartbeat_timeouts;
+  // Peers lost to a fault that came back (on a connection either host made).
+  uint64_t reconnects;
+  // Peers lost to a fault given up on: not back within 5 minutes, or a new process proved
+  // its identity at their address (they restarted).
+  uint64_t reconnects_given_up;
+  // Times the node found itself hearing nobody: every connection cut off by the heartbeat,
+  // several peers down and no control frame from anyone for the heartbeat's timeout — the
+  // worker's shared-memory receive queue is stuck (a peer killed while writing to it). The
+  // host owns the worker: when this grows, replace it (a new worker and listener, the
+  // endpoints attached again); tagspace cannot.
+  uint64_t deaf;
 } tagspace_node_stats_t;
+
+// A peer lost to a fault that the host should connect to again (`tagspace_node_take_reconnect`).
+typedef struct tagspace_reconnect_t {
+  // `sizeof(tagspace_reconnect_t)` as the caller was compiled.
+  uint32_t struct_size;
+  // 1: a peer waits to be reconnected (the fields below say which, and where); 0: none.
+  uint32_t needed;
+  // The peer's token.
+  uint64_t peer;
+  // Where the peer said it listens (its host's `tagspace_node_advertise`): the numeric IP
+  // address, NUL-terminated (IPv6 without brackets).
+  char host[TAGSPACE_HOST_LEN];
+  // Its port.
+  uint16_t port;
+} tagspace_reconnect_t;
 
 // Success.
 #define TAGSPACE_OK 0
@@ -603,6 +634,20 @@ tagspace_status_t tagspace_node_info(const struct tagspace_node_t *node,
 // until `tagspace_node_detach` returns or the node is freed.
 tagspace_status_t tagspace_node_attach(struct tagspace_node_t *node, void *ucp_ep, uint32_t side);
 
+// `tagspace_node_attach` for an endpoint the host connected to where the lost `peer` said it
+// listens (`tagspace_node_take_reconnect`): this process is the initiator, and the handshake
+// says it reconnects, so the peer keeps this connection over any older one to this process it
+// has not found dead yet (after a cut link its old endpoint may look open for a while) and
+// routes on the new one at once. `reconnects` in `tagspace_node_stats` counts the peer back
+// once it proves itself; a different process proving itself there (the peer restarted) is a
+// new peer, and the lost one is given up (`reconnects_given_up`).
+//
+// # Safety
+// As for `tagspace_node_attach`.
+tagspace_status_t tagspace_node_attach_reconnect(struct tagspace_node_t *node,
+                                                 void *ucp_ep,
+                                                 uint64_t peer);
+
 // Stops using the host's endpoint `ucp_ep`: the peer is sent an orderly CLOSE (close the
 // endpoint in order, not forced, for it to arrive), libraries hear `TAGSPACE_EVENT_DOWN` if it
 // was the peer's last connection. When it returns, no thread is in a UCX call on the endpoint
@@ -736,6 +781,31 @@ tagspace_status_t tagspace_node_peers(const struct tagspace_node_t *node,
 // `node` is a live handle; `stats` points to at least `stats->struct_size` writable bytes.
 tagspace_status_t tagspace_node_stats(const struct tagspace_node_t *node,
                                       struct tagspace_node_stats_t *stats);
+
+// Tells peers where to connect to this process again after a fault: `address` is the host's
+// listener as `"IP:PORT"` (`"10.0.0.2:13337"`, `"[fe80::1]:13337"`), or `NULL` to tell
+// nothing. Peers connected now are told at once, later ones in the handshake. A peer that
+// loses this process to a fault (not an orderly close) reports the address through its own
+// `tagspace_node_take_reconnect`; a process that tells nothing is never reported.
+//
+// # Safety
+// `node` is a live handle; `address` is `NULL` or a NUL-terminated string.
+tagspace_status_t tagspace_node_advertise(struct tagspace_node_t *node, const char *address);
+
+// The next peer lost to a fault (a failed endpoint, or a heartbeat unanswered; not an
+// orderly close) that the host should connect to again, oldest first: `out->needed` is 1 and
+// `out->peer`, `out->host`, `out->port` say which and where; 0 when none waits. Each peer is
+// reported once, about 200 ms after it went down (a late orderly close cancels it); the
+// node keeps at most 1024. The host connects to that address (`ucp_ep_create` with the
+// sockaddr) and attaches the endpoint with `tagspace_node_attach_reconnect`; the peer's host
+// attaches its side as `TAGSPACE_SIDE_ACCEPTOR`, the peer proves the same identity again,
+// and routing resumes on the new endpoint (`TAGSPACE_EVENT_UP`) on both sides. What was in flight when the
+// connection failed is not sent again. Set `out->struct_size` first.
+//
+// # Safety
+// `node` is a live handle; `out` points to at least `out->struct_size` writable bytes.
+tagspace_status_t tagspace_node_take_reconnect(struct tagspace_node_t *node,
+                                               struct tagspace_reconnect_t *out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -229,6 +229,24 @@ class Node {
     {
         detail::check(tagspace_node_attach(node_, ucp_ep, side), "tagspace_node_attach");
     }
+    /// Attaches an endpoint the host connected to where the lost `peer` said it listens.
+    void attach_reconnect(void *ucp_ep, uint64_t peer)
+    {
+        detail::check(tagspace_node_attach_reconnect(node_, ucp_ep, peer), "tagspace_node_attach_reconnect");
+    }
+    /// Tells peers where to connect again after a fault ("IP:PORT", this host's listener).
+    void advertise(const std::string &address)
+    {
+        detail::check(tagspace_node_advertise(node_, address.c_str()), "tagspace_node_advertise");
+    }
+    /// The next peer lost to a fault to connect to again (`needed` 0: none).
+    tagspace_reconnect_t take_reconnect()
+    {
+        tagspace_reconnect_t r{};
+        r.struct_size = sizeof r;
+        detail::check(tagspace_node_take_reconnect(node_, &r), "tagspace_node_take_reconnect");
+        return r;
+    }
     void detach(void *ucp_ep) { detail::check(tagspace_node_detach(node_, ucp_ep), "tagspace_node_detach"); }
     void peer_failed(void *ucp_ep, int ucs_status)
     {

@@ -147,7 +147,40 @@ pub struct tagspace_node_stats_t {
     pub unattached_dropped: u64,
     /// Released ids kept quarantined because a message still waits in UCX's queue in them.
     pub quarantine_held: u64,
+    /// Connections closed because a PING went unanswered for `heartbeat_timeout_ms`.
+    pub heartbeat_timeouts: u64,
+    /// Peers lost to a fault that came back (on a connection either host made).
+    pub reconnects: u64,
+    /// Peers lost to a fault given up on: not back within 5 minutes, or a new process proved
+    /// its identity at their address (they restarted).
+    pub reconnects_given_up: u64,
+    /// Times the node found itself hearing nobody: every connection cut off by the heartbeat,
+    /// several peers down and no control frame from anyone for the heartbeat's timeout — the
+    /// worker's shared-memory receive queue is stuck (a peer killed while writing to it). The
+    /// host owns the worker: when this grows, replace it (a new worker and listener, the
+    /// endpoints attached again); tagspace cannot.
+    pub deaf: u64,
 }
+
+/// A peer lost to a fault that the host should connect to again (`tagspace_node_take_reconnect`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct tagspace_reconnect_t {
+    /// `sizeof(tagspace_reconnect_t)` as the caller was compiled.
+    pub struct_size: u32,
+    /// 1: a peer waits to be reconnected (the fields below say which, and where); 0: none.
+    pub needed: u32,
+    /// The peer's token.
+    pub peer: u64,
+    /// Where the peer said it listens (its host's `tagspace_node_advertise`): the numeric IP
+    /// address, NUL-terminated (IPv6 without brackets).
+    pub host: [c_char; TAGSPACE_HOST_LEN],
+    /// Its port.
+    pub port: u16,
+}
+
+/// Bytes of `tagspace_reconnect_t::host`, the terminating NUL included (INET6_ADDRSTRLEN).
+pub const TAGSPACE_HOST_LEN: usize = 46;
 
 impl From<NodeError> for Fail {
     fn from(e: NodeError) -> Fail {
@@ -446,6 +479,30 @@ pub unsafe extern "C" fn tagspace_node_attach(
         let n = unsafe { node_ref(node) }?;
         // SAFETY: the caller's contract.
         Ok(unsafe { n.attach(ucp_ep.cast(), side) }?)
+    })
+}
+
+/// `tagspace_node_attach` for an endpoint the host connected to where the lost `peer` said it
+/// listens (`tagspace_node_take_reconnect`): this process is the initiator, and the handshake
+/// says it reconnects, so the peer keeps this connection over any older one to this process it
+/// has not found dead yet (after a cut link its old endpoint may look open for a while) and
+/// routes on the new one at once. `reconnects` in `tagspace_node_stats` counts the peer back
+/// once it proves itself; a different process proving itself there (the peer restarted) is a
+/// new peer, and the lost one is given up (`reconnects_given_up`).
+///
+/// # Safety
+/// As for `tagspace_node_attach`.
+#[no_mangle]
+pub unsafe extern "C" fn tagspace_node_attach_reconnect(
+    node: *mut tagspace_node_t,
+    ucp_ep: *mut c_void,
+    peer: u64,
+) -> tagspace_status_t {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let n = unsafe { node_ref(node) }?;
+        // SAFETY: the caller's contract.
+        Ok(unsafe { n.attach_reconnect(ucp_ep.cast(), peer) }?)
     })
 }
 
@@ -826,8 +883,134 @@ pub unsafe extern "C" fn tagspace_node_stats(
             endpoint_failures: s.endpoint_failures,
             unattached_dropped: s.unattached_dropped,
             quarantine_held: n.quarantine_held() as u64,
+            heartbeat_timeouts: s.liveness_timeouts,
+            reconnects: s.reconnects,
+            reconnects_given_up: s.redials_given_up,
+            deaf: s.deaf,
         };
         // SAFETY: the caller's contract.
         unsafe { crate::copy_versioned(stats, "stats", &v) }
+    })
+}
+
+/// Longest address `tagspace_node_advertise` reads, in bytes (without the NUL).
+const ADDRESS_LEN_MAX: usize = 64;
+
+/// Tells peers where to connect to this process again after a fault: `address` is the host's
+/// listener as `"IP:PORT"` (`"10.0.0.2:13337"`, `"[fe80::1]:13337"`), or `NULL` to tell
+/// nothing. Peers connected now are told at once, later ones in the handshake. A peer that
+/// loses this process to a fault (not an orderly close) reports the address through its own
+/// `tagspace_node_take_reconnect`; a process that tells nothing is never reported.
+///
+/// # Safety
+/// `node` is a live handle; `address` is `NULL` or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn tagspace_node_advertise(
+    node: *mut tagspace_node_t,
+    address: *const c_char,
+) -> tagspace_status_t {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let n = unsafe { node_ref(node) }?;
+        let addr = if address.is_null() {
+            None
+        } else {
+            // SAFETY: the caller's contract (a NUL-terminated string).
+            Some(unsafe { socket_address(address) }?)
+        };
+        n.set_advertise(addr);
+        Ok(())
+    })
+}
+
+/// Reads `"IP:PORT"` from a C string, naming what is wrong with it.
+///
+/// # Safety
+/// `p` is a non-NULL NUL-terminated string.
+unsafe fn socket_address(p: *const c_char) -> Result<std::net::SocketAddr, Fail> {
+    let mut len = 0;
+    // SAFETY: we stop at the first NUL, so every byte read lies inside the caller's string.
+    while len <= ADDRESS_LEN_MAX && unsafe { *p.add(len) } != 0 {
+        len += 1;
+    }
+    if len > ADDRESS_LEN_MAX {
+        return Err(Fail::new(
+            TAGSPACE_ERR_MISUSE,
+            format!("`address` is longer than {ADDRESS_LEN_MAX} bytes (or not NUL-terminated)"),
+        ));
+    }
+    // SAFETY: `len` bytes were just read.
+    let bytes = unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) };
+    let text = String::from_utf8_lossy(bytes);
+    let addr: std::net::SocketAddr = text.parse().map_err(|_| {
+        Fail::new(
+            TAGSPACE_ERR_MISUSE,
+            format!("`address` {text:?} is not IP:PORT (e.g. \"10.0.0.2:13337\", \"[::1]:13337\")"),
+        )
+    })?;
+    if addr.ip().is_unspecified() || addr.port() == 0 {
+        return Err(Fail::new(
+            TAGSPACE_ERR_MISUSE,
+            format!("`address` {addr} names no address a peer could connect to (use the listener's own IP and port)"),
+        ));
+    }
+    Ok(addr)
+}
+
+/// The next peer lost to a fault (a failed endpoint, or a heartbeat unanswered; not an
+/// orderly close) that the host should connect to again, oldest first: `out->needed` is 1 and
+/// `out->peer`, `out->host`, `out->port` say which and where; 0 when none waits. Each peer is
+/// reported once, about 200 ms after it went down (a late orderly close cancels it); the
+/// node keeps at most 1024. The host connects to that address (`ucp_ep_create` with the
+/// sockaddr) and attaches the endpoint with `tagspace_node_attach_reconnect`; the peer's host
+/// attaches its side as `TAGSPACE_SIDE_ACCEPTOR`, the peer proves the same identity again,
+/// and routing resumes on the new endpoint (`TAGSPACE_EVENT_UP`) on both sides. What was in flight when the
+/// connection failed is not sent again. Set `out->struct_size` first.
+///
+/// # Safety
+/// `node` is a live handle; `out` points to at least `out->struct_size` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn tagspace_node_take_reconnect(
+    node: *mut tagspace_node_t,
+    out: *mut tagspace_reconnect_t,
+) -> tagspace_status_t {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let n = unsafe { node_ref(node) }?;
+        // Checked before one is taken: a report is never lost to a struct too small for it.
+        // SAFETY: the caller's contract; only the leading `struct_size` field is read.
+        let size = *unsafe { arg(out.cast::<u32>().cast_const(), "out") }?;
+        let ours = std::mem::size_of::<tagspace_reconnect_t>() as u32;
+        if size < ours {
+            return Err(Fail::new(
+                crate::TAGSPACE_ERR_BAD_STRUCT_SIZE,
+                format!(
+                    "out->struct_size is {size}: set it to sizeof(tagspace_reconnect_t) ({ours})"
+                ),
+            ));
+        }
+        let mut v = tagspace_reconnect_t {
+            struct_size: 0,
+            needed: 0,
+            peer: 0,
+            host: [0; TAGSPACE_HOST_LEN],
+            port: 0,
+        };
+        if let Some((peer, addr)) = n.take_reconnect_needed() {
+            let ip = addr.ip().to_string();
+            v.needed = 1;
+            v.peer = peer;
+            v.port = addr.port();
+            // An IP address's text is at most 45 bytes: the NUL always fits.
+            for (d, b) in v
+                .host
+                .iter_mut()
+                .zip(ip.bytes().take(TAGSPACE_HOST_LEN - 1))
+            {
+                *d = b as c_char;
+            }
+        }
+        // SAFETY: the caller's contract.
+        unsafe { crate::copy_versioned(out, "out", &v) }
     })
 }

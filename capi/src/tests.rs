@@ -697,3 +697,198 @@ fn routes_follow_the_peers_registrations_through_the_cache() {
     }
     drop((ea, eb, wa, wb));
 }
+
+/// A host's reconnect through the ABI: B tells its listener's address, A's endpoint to B
+/// fails (A's error handler reports it), A's node reports B once at that address, A's host
+/// connects there and attaches the new endpoint, B's host attaches what its listener got, and
+/// routing resumes on the new endpoints both ways. Bad addresses and struct sizes are refused
+/// by name, and a report is not taken by a refused call.
+#[test]
+fn a_peer_lost_to_a_fault_is_reported_and_reconnected_through_the_abi() {
+    use std::ffi::c_void;
+    use std::time::{Duration, Instant};
+    use tagspace_ucx::ucp::{Config, Endpoint, Listener, Worker};
+    let (wa, wb) = (
+        Worker::new(&Config::tcp()).unwrap(),
+        Worker::new(&Config::tcp()).unwrap(),
+    );
+    let lb = wb.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr_b = lb.local_addr().unwrap();
+    // A's host connects to B's listener; B's host takes the endpoint its listener made.
+    let connect = |lb: &Listener| {
+        let ea = Endpoint::connect(&wa, addr_b).unwrap();
+        let start = Instant::now();
+        loop {
+            wa.progress();
+            wb.progress();
+            if let Some(eb) = lb.accept() {
+                return (ea, eb.unwrap());
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "no connection");
+        }
+    };
+    let (ea, eb) = connect(&lb);
+    let raw_ep = |e: &Endpoint| e.as_raw().cast::<c_void>();
+    let w = |w: &Worker| w.as_raw().cast::<c_void>();
+    let (mut a, mut b) = (null_mut(), null_mut());
+    // SAFETY: live workers and endpoints that outlive the nodes; locals for the outputs.
+    unsafe {
+        let mut opts = std::mem::zeroed::<tagspace_node_options_t>();
+        tagspace_node_options_init(&mut opts);
+        opts.progress = TAGSPACE_PROGRESS_NODE;
+        let (mut ra, mut rb) = (null_mut(), null_mut());
+        let mut lo = std::mem::zeroed::<tagspace_layout_options_t>();
+        tagspace_layout_options_init(&mut lo);
+        assert_eq!(tagspace_registry_new(&lo, &mut ra), TAGSPACE_OK);
+        assert_eq!(tagspace_registry_new(&lo, &mut rb), TAGSPACE_OK);
+        assert_eq!(
+            tagspace_node_adopt(w(&wa), ra, &opts, &mut a, null_mut()),
+            TAGSPACE_OK
+        );
+        assert_eq!(
+            tagspace_node_adopt(w(&wb), rb, &opts, &mut b, null_mut()),
+            TAGSPACE_OK
+        );
+        // Addresses a peer could not connect to are refused, naming the input.
+        for bad in [
+            c"13337",
+            c"localhost:13337",
+            c"0.0.0.0:13337",
+            c"127.0.0.1:0",
+        ] {
+            assert_eq!(
+                tagspace_node_advertise(b, bad.as_ptr()),
+                TAGSPACE_ERR_MISUSE,
+                "{bad:?}"
+            );
+            assert!(last_error().contains("`address`"), "{}", last_error());
+        }
+        let told = std::ffi::CString::new(addr_b.to_string()).unwrap();
+        assert_eq!(tagspace_node_advertise(b, told.as_ptr()), TAGSPACE_OK);
+        let (mut la, mut lbib) = (0, 0);
+        assert_eq!(
+            tagspace_node_register(a, c"rejoin.lib".as_ptr(), &mut la),
+            TAGSPACE_OK
+        );
+        assert_eq!(
+            tagspace_node_register(b, c"rejoin.lib".as_ptr(), &mut lbib),
+            TAGSPACE_OK
+        );
+        assert_eq!(tagspace_node_listen(a, la), TAGSPACE_OK);
+        assert_eq!(
+            tagspace_node_attach(a, raw_ep(&ea), TAGSPACE_SIDE_INITIATOR),
+            TAGSPACE_OK
+        );
+        assert_eq!(
+            tagspace_node_attach(b, raw_ep(&eb), TAGSPACE_SIDE_ACCEPTOR),
+            TAGSPACE_OK
+        );
+        let token = |n| {
+            let mut i = tagspace_node_info_t {
+                struct_size: std::mem::size_of::<tagspace_node_info_t>() as u32,
+                ..Default::default()
+            };
+            assert_eq!(tagspace_node_info(n, &mut i), TAGSPACE_OK);
+            i.token
+        };
+        let (ta, tb) = (token(a), token(b));
+        let route = |from, lib, to| {
+            let (mut ep, mut tag) = (null_mut(), 0u64);
+            match tagspace_node_route(from, lib, to, 7, &mut ep, &mut tag) {
+                TAGSPACE_OK => Some(ep),
+                _ => None,
+            }
+        };
+        let pump = |what: &str, until: &mut dyn FnMut() -> bool| {
+            let start = Instant::now();
+            while !until() {
+                assert!(start.elapsed().as_secs() < 30, "{what}: {}", last_error());
+                tagspace_node_progress(a, null_mut());
+                tagspace_node_progress(b, null_mut());
+            }
+        };
+        pump("handshake", &mut || {
+            route(a, la, tb).is_some() && route(b, lbib, ta).is_some()
+        });
+        let stats = |n| {
+            let mut s = tagspace_node_stats_t {
+                struct_size: std::mem::size_of::<tagspace_node_stats_t>() as u32,
+                ..Default::default()
+            };
+            assert_eq!(tagspace_node_stats(n, &mut s), TAGSPACE_OK);
+            s
+        };
+        let mut r = std::mem::zeroed::<tagspace_reconnect_t>();
+        r.struct_size = std::mem::size_of::<tagspace_reconnect_t>() as u32;
+        assert_eq!(tagspace_node_take_reconnect(a, &mut r), TAGSPACE_OK);
+        assert_eq!(r.needed, 0, "nothing lost yet");
+
+        // A's host's error handler: the endpoint to B failed. A detaches it.
+        assert_eq!(tagspace_node_peer_failed(a, raw_ep(&ea), -25), TAGSPACE_OK);
+        let mut ev = tagspace_peer_event_t::default();
+        pump("A sees B go down", &mut || {
+            tagspace_node_poll_event(a, la, &mut ev);
+            ev.kind == TAGSPACE_EVENT_DOWN
+        });
+        assert_eq!((ev.peer, ev.ucs_status), (tb, -25));
+        assert_eq!(tagspace_node_detach(a, raw_ep(&ea)), TAGSPACE_OK);
+        // A struct too small is refused and the report stays for the next call.
+        let mut small = r;
+        small.struct_size = 8;
+        let mut got = std::mem::zeroed::<tagspace_reconnect_t>();
+        got.struct_size = r.struct_size;
+        pump("reported", &mut || {
+            assert_eq!(
+                tagspace_node_take_reconnect(a, &mut small),
+                TAGSPACE_ERR_BAD_STRUCT_SIZE
+            );
+            assert_eq!(tagspace_node_take_reconnect(a, &mut got), TAGSPACE_OK);
+            got.needed == 1
+        });
+        let host = CStr::from_ptr(got.host.as_ptr())
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let port = got.port;
+        assert_eq!(
+            (got.peer, host.as_str(), port),
+            (tb, "127.0.0.1", addr_b.port()),
+            "B, where B said it listens"
+        );
+        assert_eq!(tagspace_node_take_reconnect(a, &mut got), TAGSPACE_OK);
+        assert_eq!(got.needed, 0, "reported once");
+
+        // A's host connects to the reported address; both hosts attach the new endpoints.
+        let reported: std::net::SocketAddr = format!("{host}:{port}").parse().unwrap();
+        assert_eq!(reported, addr_b);
+        let (ea2, eb2) = connect(&lb);
+        assert_eq!(
+            tagspace_node_attach_reconnect(a, raw_ep(&ea2), tb),
+            TAGSPACE_OK
+        );
+        assert_eq!(
+            tagspace_node_attach(b, raw_ep(&eb2), TAGSPACE_SIDE_ACCEPTOR),
+            TAGSPACE_OK
+        );
+        pump("B back on the new endpoints, both ways", &mut || {
+            route(a, la, tb) == Some(raw_ep(&ea2)) && route(b, lbib, ta) == Some(raw_ep(&eb2))
+        });
+        pump("A hears B up again", &mut || {
+            tagspace_node_poll_event(a, la, &mut ev);
+            ev.kind == TAGSPACE_EVENT_UP
+        });
+        assert_eq!(ev.peer, tb);
+        assert_eq!(stats(a).reconnects, 1, "{:?}", stats(a));
+        assert_eq!(stats(a).peers, 1);
+        for n in [a, b] {
+            tagspace_node_detach(n, raw_ep(if n == a { &ea2 } else { &eb2 }));
+        }
+        tagspace_node_detach(b, raw_ep(&eb));
+        tagspace_node_free(a);
+        tagspace_node_free(b);
+        tagspace_registry_free(ra);
+        tagspace_registry_free(rb);
+        drop((ea, eb, ea2, eb2));
+    }
+    drop((lb, wa, wb));
+}

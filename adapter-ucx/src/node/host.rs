@@ -22,6 +22,39 @@ impl Node {
     /// `ep` must be a live endpoint on this node's worker, and stay live until
     /// [`detach`](Self::detach) returns or the node is dropped.
     pub unsafe fn attach(&mut self, ep: sys::ucp_ep_h, side: Role) -> Result<(), NodeError> {
+        // SAFETY: the caller's promise.
+        unsafe { self.attach_as(ep, side, None) }
+    }
+
+    /// Host mode: attaches the host's endpoint `ep`, which the host connected to where the lost
+    /// `peer` said it listens ([`take_reconnect_needed`](Self::take_reconnect_needed)), as the
+    /// initiator of a reconnect. Its HELLO says so, so the peer keeps this connection over any
+    /// older one to this process that it has not found dead yet (a half-open connection after
+    /// a cut link would otherwise stay its route until its own heartbeat fired), and `peer` is
+    /// counted back (`stats().reconnects`) once it proves itself. A different process proving
+    /// itself there (the peer restarted) is a new peer, and the lost one is given up.
+    ///
+    /// # Safety
+    /// As for [`attach`](Self::attach).
+    pub unsafe fn attach_reconnect(
+        &mut self,
+        ep: sys::ucp_ep_h,
+        peer: u64,
+    ) -> Result<(), NodeError> {
+        // SAFETY: the caller's promise.
+        unsafe { self.attach_as(ep, Role::Initiator, Some(peer)) }
+    }
+
+    /// [`attach`](Self::attach), as the redial of `redial_of` if set.
+    ///
+    /// # Safety
+    /// As for [`attach`](Self::attach).
+    unsafe fn attach_as(
+        &mut self,
+        ep: sys::ucp_ep_h,
+        side: Role,
+        redial_of: Option<u64>,
+    ) -> Result<(), NodeError> {
         if self.host.is_none() {
             return Err(NodeError::Usage(
                 "attach is for a node on a host's worker (Node::adopt); use connect",
@@ -45,7 +78,11 @@ impl Node {
         self.failed_eps.retain(|k| *k != key); // a reused address: a new endpoint
                                                // SAFETY: the caller's promise.
         let ep = unsafe { Endpoint::borrow(&self.worker, ep) };
-        self.add_conn(ep, side);
+        let conn = self.add_conn(ep, side);
+        if let Some(peer) = redial_of {
+            // Before any frame of the connection goes out: its HELLO carries the flag.
+            self.engine.dial_started(peer, conn);
+        }
         for f in self.take_unattached(key) {
             self.on_control(key, &f);
         }

@@ -466,6 +466,23 @@ impl Node {
         self.engine.set_advertised(a.map(wire::Address::Ip));
     }
 
+    /// Tells peers — those connected now (again, at once) and those met later — to dial
+    /// `addr` after a fault: what [`NodeConfig::advertise`] sets at the start. A host-mode
+    /// node learns its host's listener this way once the host has one; `None` goes back to
+    /// the default (the own listener's address, or nothing in host mode).
+    pub fn set_advertise(&mut self, addr: Option<SocketAddr>) {
+        self.advertise_cfg = addr;
+        self.advertise();
+    }
+
+    /// The address this node tells its peers to dial after a fault, if any.
+    pub fn advertised(&self) -> Option<SocketAddr> {
+        match self.engine.advertised() {
+            Some(wire::Address::Ip(a)) => Some(a),
+            _ => None,
+        }
+    }
+
     /// This node's token.
     pub fn token(&self) -> u64 {
         self.token

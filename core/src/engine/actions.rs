@@ -1017,6 +1017,26 @@ mod tests {
         assert_eq!(dials(&mut a), [(tc, wire::Address::Local(33))]);
         a.e.handle_timeout(due + 60_000);
         assert_eq!(dials(&mut a), [], "told once: no schedule");
+        // Waited on, not told again: the host's connection brings c back (counted), and one
+        // that never comes back is given up at the schedule's end.
+        assert_eq!(a.e.redialling().collect::<Vec<_>>(), [tc]);
+        let before = a.e.redial_stats();
+        let i3 = a.e.add_conn(3, Role::Initiator, &a.me, due + 60_000, ());
+        a.e.dial_started(tc, i3);
+        let j3 = c.e.add_conn(3, Role::Acceptor, &c.me, due + 60_000, ());
+        pump(&mut a, i3, &mut c, j3, due + 60_000);
+        assert_eq!(a.e.redialling().count(), 0);
+        assert_eq!(a.e.redial_stats().reconnected, before.reconnected + 1);
+        c.e.handle_failed(j3, 1);
+        a.e.handle_failed(i3, 1);
+        let t = due + 70_000;
+        a.e.handle_timeout(t);
+        a.e.handle_timeout(t + 200);
+        assert_eq!(dials(&mut a), [(tc, wire::Address::Local(33))]);
+        a.e.handle_timeout(t + Backoff::default().give_up_ms);
+        assert_eq!(dials(&mut a), []);
+        assert_eq!(a.e.redialling().count(), 0, "given up");
+        assert_eq!(a.e.redial_stats().given_up, before.given_up + 1);
     }
 
     #[test]

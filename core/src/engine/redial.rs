@@ -95,6 +95,9 @@ struct Dial {
     wait_ms: u64,
     /// The connection the last dial opened, while it may still prove to be the peer.
     pending: Option<ConnId>,
+    /// [`Redial::Report`]: the adapter was told; kept only to count the peer back (or given
+    /// up), never told again.
+    reported: bool,
 }
 
 /// What the redial schedule reports to the adapter's counters.
@@ -150,6 +153,7 @@ impl Dials {
             next_ms: 0,
             wait_ms: 0,
             pending: None,
+            reported: false,
         });
     }
 
@@ -179,7 +183,9 @@ impl Dials {
 
     /// The dials due at adapter time `now_ms`, given `first`/`max`/`give_up`; `handshaking`
     /// says whether a dial's connection may still prove to be its peer. `once`: each loss is
-    /// handed out once, at its first dial's time, and forgotten ([`Redial::Report`]).
+    /// handed out once, at its first dial's time, and then only waited on — counted
+    /// `reconnected` if the peer is back (whoever connected) or `given_up` at `give_up_ms`
+    /// ([`Redial::Report`]).
     pub(crate) fn due(
         &mut self,
         now_ms: u64,
@@ -203,15 +209,21 @@ impl Dials {
             if now_ms < d.next_ms {
                 return true;
             }
+            if once {
+                if !d.reported {
+                    d.reported = true;
+                    stats.dials += 1;
+                    out.push((d.peer, d.addr));
+                }
+                d.next_ms = since.saturating_add(backoff.give_up_ms);
+                return true;
+            }
             d.wait_ms = d.wait_ms.saturating_mul(2).min(backoff.max_ms.max(1));
             d.next_ms = now_ms.saturating_add(d.wait_ms);
             if !d.pending.is_some_and(&handshaking) {
                 d.pending = None;
                 stats.dials += 1;
                 out.push((d.peer, d.addr));
-                if once {
-                    return false;
-                }
             }
             true
         });
@@ -328,7 +340,15 @@ mod tests {
         d.due(0, B, true, |_| false, &mut out);
         d.due(100, B, true, |_| false, &mut out);
         assert_eq!(out, [(7, addr(1))]);
-        assert_eq!(d.peers().count(), 0, "reported once, then forgotten");
+        d.due(B.give_up_ms - 1, B, true, |_| false, &mut out);
+        assert_eq!(out.len(), 1, "reported once");
+        assert_eq!(d.peers().collect::<Vec<_>>(), [7], "then waited on");
+        d.due(B.give_up_ms, B, true, |_| false, &mut out);
+        assert_eq!(
+            (d.peers().count(), d.stats.given_up),
+            (0, 1),
+            "and given up"
+        );
         d.lost(9, addr(2));
         d.closed(9);
         assert_eq!(d.peers().count(), 0);
