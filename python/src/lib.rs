@@ -12,6 +12,7 @@ use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -127,7 +128,7 @@ impl Node {
     /// Adopts the MULTI worker `worker` (a `ucp_worker_h` as an int); `keep` is kept alive as
     /// long as the node (the object that owns the worker).
     #[new]
-    #[pyo3(signature = (worker, keep, progress = "host", heartbeat_interval_ms = 1000, heartbeat_timeout_ms = 30000, layout = None, foreign = Vec::new()))]
+    #[pyo3(signature = (worker, keep, progress = "host", heartbeat_interval_ms = 1000, heartbeat_timeout_ms = 30000, layout = None, foreign = Vec::new(), advertise = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -138,7 +139,9 @@ impl Node {
         heartbeat_timeout_ms: u64,
         layout: Option<&str>,
         foreign: Vec<String>,
+        advertise: Option<&str>,
     ) -> PyResult<Self> {
+        let advertise = advertise.map(socket_address).transpose()?;
         let w = handle::<sys::ucp_worker>(worker, "worker")? as usize;
         let registry = match layout {
             None => tagspace_core::global(),
@@ -161,6 +164,7 @@ impl Node {
             .detach(|| {
                 let mut cfg = NodeConfig::loopback(tagspace_ucx::ucp::Config::default());
                 cfg.listen = None;
+                cfg.advertise = advertise;
                 cfg.liveness = (heartbeat_interval_ms != 0).then_some(Liveness {
                     interval_ms: heartbeat_interval_ms,
                     timeout_ms: heartbeat_timeout_ms,
@@ -216,6 +220,27 @@ impl Node {
         // SAFETY: a live endpoint of this worker (the Python half checked the ucxx endpoint is
         // open), kept alive by `keep` until detach.
         py.detach(|| unsafe { n.attach(e as sys::ucp_ep_h, s) })
+            .map_err(err)?;
+        self.keep
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(e, keep);
+        Ok(())
+    }
+
+    /// `attach` as the initiator of a reconnect to the lost `peer` (`reconnect_needed`): the
+    /// peer keeps this connection over any older one to this process.
+    fn attach_reconnect(
+        &self,
+        py: Python<'_>,
+        ep: usize,
+        peer: u64,
+        keep: Py<PyAny>,
+    ) -> PyResult<()> {
+        let n = self.get()?;
+        let e = handle::<sys::ucp_ep>(ep, "endpoint")? as usize;
+        // SAFETY: as for `attach`.
+        py.detach(|| unsafe { n.attach_reconnect(e as sys::ucp_ep_h, peer) })
             .map_err(err)?;
         self.keep
             .lock()
@@ -291,6 +316,32 @@ impl Node {
         Ok(py.detach(|| n.sender_of(tag)))
     }
 
+    /// Tells peers to connect to `address` ("IP:PORT", the host's listener) after a fault;
+    /// None: tell nothing.
+    #[pyo3(signature = (address))]
+    fn advertise(&self, py: Python<'_>, address: Option<&str>) -> PyResult<()> {
+        let n = self.get()?;
+        let a = address.map(socket_address).transpose()?;
+        py.detach(|| n.set_advertise(a));
+        Ok(())
+    }
+
+    /// The address peers are told ("IP:PORT"), or None.
+    #[getter]
+    fn advertised(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        let n = self.get()?;
+        Ok(py.detach(|| n.advertised()).map(|a| a.to_string()))
+    }
+
+    /// The next peer lost to a fault that the host should connect to again, oldest first:
+    /// `(token, ip, port)` where it said it listens; None when none waits.
+    fn reconnect_needed(&self, py: Python<'_>) -> PyResult<Option<(u64, String, u16)>> {
+        let n = self.get()?;
+        Ok(py
+            .detach(|| n.take_reconnect_needed())
+            .map(|(p, a)| (p, a.ip().to_string(), a.port())))
+    }
+
     /// Tokens of peers with an established connection.
     fn peers(&self, py: Python<'_>) -> PyResult<Vec<u64>> {
         let n = self.get()?;
@@ -307,6 +358,10 @@ impl Node {
             ("protocol_errors", s.protocol_errors),
             ("endpoint_failures", s.endpoint_failures),
             ("unattached_dropped", s.unattached_dropped),
+            ("heartbeat_timeouts", s.liveness_timeouts),
+            ("reconnects", s.reconnects),
+            ("reconnects_given_up", s.redials_given_up),
+            ("deaf", s.deaf),
         ]))
     }
 
@@ -717,6 +772,22 @@ impl Op {
     fn __repr__(&self) -> String {
         format!("<tagspace Op {}>", self.id)
     }
+}
+
+/// `"IP:PORT"` a peer could connect to, or ValueError naming what is wrong.
+fn socket_address(text: &str) -> PyResult<SocketAddr> {
+    let a: SocketAddr = text.parse().map_err(|_| {
+        PyValueError::new_err(format!(
+            "advertise address {text:?} is not IP:PORT (e.g. \"10.0.0.2:13337\", \"[::1]:13337\")"
+        ))
+    })?;
+    if a.ip().is_unspecified() || a.port() == 0 {
+        return Err(PyValueError::new_err(format!(
+            "advertise address {a} names no address a peer could connect to \
+             (use the listener's own IP and port)"
+        )));
+    }
+    Ok(a)
 }
 
 fn parse_layout(spec: &str) -> PyResult<TagLayout> {

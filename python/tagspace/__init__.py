@@ -92,6 +92,26 @@ def _handle(obj: Any, attr: str, what: str) -> Tuple[int, Any]:
     )
 
 
+def _address(addr: Any) -> Optional[str]:
+    """``"IP:PORT"`` from a ucxx listener (``.ip``, ``.port``), an ``(ip, port)`` pair or a
+    string; None stays None."""
+    if addr is None or isinstance(addr, str):
+        return addr
+    if isinstance(addr, tuple) and len(addr) == 2:
+        ip, port = addr
+    elif hasattr(addr, "port") and hasattr(addr, "ip"):
+        ip, port = addr.ip, addr.port
+    else:
+        raise TypeError(
+            f"advertise: expected a ucxx listener, (ip, port) or \"IP:PORT\", "
+            f"got {type(addr).__name__}"
+        )
+    if not isinstance(port, int) or isinstance(port, bool):
+        raise TypeError(f"advertise: the port must be an int, got {type(port).__name__}")
+    ip = str(ip)
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
 def _bytes(data: Buffer) -> bytes:
     if isinstance(data, bytes):
         return data
@@ -118,6 +138,12 @@ class Node:
     presets (``"rapidsmpf"``, ``"blazingsql"``, ...) or ``"TAG/MASK"`` patterns of libraries
     that do not use tagspace on this worker: the node refuses to start, naming the pattern, if
     one can take a tagspace message under the layout.
+
+    ``advertise``: where peers should connect to this process again after a fault — the
+    ucxx listener (``ucxx.create_listener(...)``), ``(ip, port)`` or ``"IP:PORT"``; also
+    settable later with ``advertise()``. A peer that loses this process to a fault (a failed
+    endpoint, an unanswered heartbeat; not an orderly close) is then told to reconnect
+    (``reconnect_needed``/``areconnect`` on its side).
     """
 
     def __init__(
@@ -129,6 +155,7 @@ class Node:
         heartbeat_timeout_ms: int = 30000,
         layout: Optional[str] = None,
         foreign: Sequence[str] = (),
+        advertise: Any = None,
     ) -> None:
         if isinstance(foreign, str):
             foreign = [foreign]
@@ -145,6 +172,7 @@ class Node:
             heartbeat_timeout_ms,
             layout,
             list(foreign),
+            _address(advertise),
         )
         # id(endpoint object) -> the handle it had when attached: a ucxx endpoint whose peer
         # failed reports itself closed, but its handle stays valid (and attached) until it is
@@ -174,7 +202,9 @@ class Node:
     def closed(self) -> bool:
         return self._raw.closed
 
-    def attach(self, ep: Any, side: str, *, watch: bool = False) -> None:
+    def attach(
+        self, ep: Any, side: str, *, watch: bool = False, reconnects: Optional[int] = None
+    ) -> None:
         """Lets tagspace use endpoint ``ep`` (a ucxx endpoint or a ``ucp_ep_h`` int); the
         endpoint object is kept alive until ``detach``.
 
@@ -184,11 +214,20 @@ class Node:
         (``ep.set_close_callback``, which holds one callback: it replaces one set before).
         Without it, a dead peer is noticed by tagspace's heartbeat, or by calling
         ``peer_failed`` yourself.
+        ``reconnects``: the token of a peer ``reconnect_needed`` reported, when ``ep`` was
+        connected to its address (side ``"initiator"``): the peer keeps this connection over
+        any older one to this process that it has not found dead yet, and it counts in
+        ``stats()["reconnects"]`` once back.
         """
         handle, keep = _handle(ep, "ucp_endpoint", "endpoint")
         if watch and not callable(getattr(ep, "set_close_callback", None)):
             raise TypeError("watch=True needs a ucxx endpoint (set_close_callback)")
-        self._raw.attach(handle, side, keep)
+        if reconnects is None:
+            self._raw.attach(handle, side, keep)
+        elif side != "initiator":
+            raise ValueError("reconnects=: the process that connects again is the initiator")
+        else:
+            self._raw.attach_reconnect(handle, reconnects, keep)
         if keep is not None:
             self._attached[id(ep)] = handle
         if watch:
@@ -256,6 +295,55 @@ class Node:
     def peers(self) -> list:
         """Tokens of peers with an established connection."""
         return self._raw.peers()
+
+    def advertise(self, address: Any) -> None:
+        """Tells peers (those connected now at once, later ones in the handshake) where to
+        connect to this process again after a fault: a ucxx listener, ``(ip, port)``,
+        ``"IP:PORT"``, or None for nothing. ValueError for an address no peer could connect
+        to (``0.0.0.0``, port 0)."""
+        self._raw.advertise(_address(address))
+
+    @property
+    def advertised(self) -> Optional[str]:
+        """The address peers are told (``"IP:PORT"``), or None."""
+        return self._raw.advertised
+
+    def reconnect_needed(self) -> Optional[Tuple[int, str, int]]:
+        """The next peer lost to a fault that this process should connect to again, oldest
+        first: ``(token, ip, port)`` — where that peer said it listens — or None. Each loss is
+        reported once, about 200 ms after the peer went down (an orderly close that arrives
+        late cancels it). Connect there, ``attach(ep, "initiator", reconnects=token)``, and the
+        peer proves the same identity again; routing and ``recv(peer=...)`` resume on the new
+        endpoint. What was
+        in flight when the connection failed is not sent again: it failed with PeerDownError.
+        ``areconnect`` does all of it with ucxx."""
+        return self._raw.reconnect_needed()
+
+    async def areconnect(self, *, watch: bool = True, timeout: float = 30.0) -> list:
+        """Connects again, with ``ucxx.create_endpoint``, to every peer ``reconnect_needed``
+        reports now, attaches each new endpoint as the initiator and waits for its handshake.
+        Returns ``[(token, result), ...]``: ``result`` is the new ucxx endpoint (close it with
+        ``close_endpoint`` when done), or the exception that connecting or the handshake
+        raised (the peer is not reported again; call ``areconnect`` later only for new losses).
+        The endpoint's peer (``peer_on(ep)``) is ``token`` unless another process listens at
+        that address now (the peer restarted: a new peer, and the lost one is given up). The
+        peer's own listener callback attaches its side as ``"acceptor"``, as for any
+        connection."""
+        import ucxx
+
+        done = []
+        while True:
+            lost = self.reconnect_needed()
+            if lost is None:
+                return done
+            token, ip, port = lost
+            try:
+                ep = await asyncio.wait_for(ucxx.create_endpoint(ip, port), timeout)
+                self.attach(ep, "initiator", watch=watch, reconnects=token)
+                await self.apeer(ep, timeout)
+                done.append((token, ep))
+            except Exception as e:  # noqa: BLE001 (handed to the caller per peer)
+                done.append((token, e))
 
     def sender_of(self, tag: int) -> Optional[int]:
         """The proven peer (a token) that sent a message with ``tag``, or None: no proven

@@ -19,7 +19,10 @@ first time a library there is used. Inside a task, peers are Dask worker address
 and on the event loop (``client.run`` of a coroutine, async tasks) the awaitable forms
 ``asend``/``arecv``/``aendpoint``. A worker that leaves (closed, killed, lost) is
 :class:`tagspace.PeerDownError` for every library on every worker connected to it: at once
-when UCX reports its endpoint failed, else after ``heartbeat_timeout_ms``. A worker the nanny
+when UCX reports its endpoint failed, else after ``heartbeat_timeout_ms``. A worker lost to a
+fault that is still alive (a stopped process that resumes, a link that comes back) is
+connected to again by itself, with the same identity: the worker that lost it dials its
+listener, and its libraries see it come back (``("up", address, None)``). A worker the nanny
 restarts comes back with a new identity at its new address.
 
 The layout: every worker must use the same one (the plugin is the one place it is set); a
@@ -223,6 +226,9 @@ class _WorkerState:
         self.libs: Dict[str, WorkerLibrary] = {}
         self.libs_lock = threading.Lock()
         self.ticker: Optional["asyncio.Future[None]"] = None
+        # Tokens the node reported lost to a fault; the next connection to one says it
+        # reconnects (its peer then keeps it over an old one it has not found dead yet).
+        self.lost: Dict[int, str] = {}
 
     @classmethod
     async def start(cls, plugin: Plugin, worker: Any) -> "_WorkerState":
@@ -257,8 +263,13 @@ class _WorkerState:
             raise
         st = cls(plugin, worker, node_, listener)
         holder.append(st)
-        st.ticker = asyncio.ensure_future(st._tick())
         host = get_address_host(worker.address)
+        try:
+            # Where a worker that loses this one to a fault connects again.
+            node_.advertise((host, listener.port))
+        except ValueError as e:
+            logger.warning("tagspace.dask: peers cannot reconnect to this worker: %s", e)
+        st.ticker = asyncio.ensure_future(st._tick())
         try:
             await worker.scheduler.set_metadata(
                 keys=[_META, worker.address],
@@ -278,12 +289,37 @@ class _WorkerState:
         while not self.closed:
             try:
                 busy = self.node.progress()
+                self._rejoin_lost()
             except ClosedError:
                 return
             except Exception:  # never let the loop die silently: peers would time out
                 logger.exception("tagspace.dask: progress failed")
                 busy = False
             await asyncio.sleep(0 if busy else IDLE_TICK_S)
+
+    def _rejoin_lost(self) -> None:
+        """Connects again to each worker the node reports lost to a fault (once per loss;
+        the worker's scheduler metadata says where, as for a first connection)."""
+        while True:
+            lost = self.node.reconnect_needed()
+            if lost is None:
+                return
+            token = lost[0]
+            addr = self.token_addr.get(token)
+            if addr is None:
+                continue
+            self.lost[token] = addr
+            asyncio.ensure_future(self._rejoin(addr, token))
+
+    async def _rejoin(self, addr: str, token: int) -> None:
+        try:
+            await self.connect(addr)
+            logger.info("tagspace.dask: worker %s is back", addr)
+        except Exception as e:  # gone for good (restarted, closed): its loss stands
+            if not self.closed:
+                logger.info("tagspace.dask: worker %s did not come back: %s", addr, e)
+        finally:
+            self.lost.pop(token, None)
 
     # -- connections (all on the event loop) -------------------------------------------------
 
@@ -397,7 +433,8 @@ class _WorkerState:
                                 f"{meta['port']}) is unreachable: {e}") from None
         try:
             await ep.send(_hello(self.address))
-            self.node.attach(ep, "initiator", watch=True)
+            self.node.attach(ep, "initiator", watch=True,
+                             reconnects=token if token in self.lost else None)
             self.eps.append(ep)
         except Exception as e:
             await self._drop(ep)
@@ -422,8 +459,12 @@ class _WorkerState:
 
     def endpoint_of(self, token: int) -> Any:
         ep = self.token_ep.get(token)
-        if ep is None or token not in self.node.peers():
-            raise NotConnectedError(f"no connection to peer {token:#x}")
+        if ep is None or self.node.peer_on(ep) != token:
+            # Reconnected (or both connected at once): the endpoint the peer is on now.
+            ep = next((e for e in reversed(self.eps) if self.node.peer_on(e) == token), None)
+            if ep is None:
+                raise NotConnectedError(f"no connection to peer {token:#x}")
+            self.token_ep[token] = ep
         return ep
 
     # -- from task threads -------------------------------------------------------------------

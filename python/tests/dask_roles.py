@@ -351,3 +351,48 @@ async def close_raw(dask_worker=None) -> None:
     S["raw_eps"] = {}
     if "raw_listener" in S:
         S.pop("raw_listener").close()
+
+
+# -- a worker stopped past the heartbeat, resumed: the plugin reconnects by itself ----------
+
+async def rejoin_start(ws, dask_worker=None) -> dict:
+    """Worker pair `ws`: the lower connects (first use), one message each way."""
+    me = dask_worker.address
+    peer = [w for w in ws if w != me][0]
+    lib = tsd.register("rejoin")
+    lib.listen()
+    if me == min(ws):
+        await lib.atoken(peer)
+    got, _ = await asyncio.gather(lib.arecv(1, 8, peer, timeout=30), lib.asend(peer, 1, b"r1"))
+    assert got == b"r1", got
+    return {"pid": os.getpid()}
+
+
+async def rejoin_wait(ws, timeout: float, dask_worker=None) -> dict:
+    """After the stop: the peer's "down" then "up" events with no call of this library's in
+    between (the plugin reconnects by itself), then a round exactly once on the new
+    connection, and the endpoint ucxx's own calls would use is the live one."""
+    me = dask_worker.address
+    peer = [w for w in ws if w != me][0]
+    lib = tsd.register("rejoin")
+    events = []
+    deadline = time.monotonic() + timeout
+    while not (events and events[-1] == "up" and "down" in events):
+        if time.monotonic() > deadline:
+            return {"events": events, "rejoined": False}
+        ev = lib.peer_event()
+        if ev is None:
+            await asyncio.sleep(0.01)
+        elif ev[1] == peer:
+            events.append(ev[0])
+    got, _ = await asyncio.gather(lib.arecv(2, 8, peer, timeout=30), lib.asend(peer, 2, b"r2"))
+    again = lib.raw.recv(2, 8, await lib.atoken(peer))
+    await asyncio.sleep(0.5)
+    finished, _ = lib.raw.take(again)
+    if not finished:
+        lib.raw.cancel(again)
+    ep = await lib.aendpoint(peer)
+    node = tsd.node()
+    return {"events": events, "rejoined": True, "round2": got == b"r2",
+            "again": finished, "live_ep": node.peer_on(ep) == await lib.atoken(peer),
+            "stats": node.stats()}

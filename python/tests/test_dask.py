@@ -164,6 +164,34 @@ def test_libraries_beside_dask_rapidsmpf_raft_and_a_killed_worker(mode):
         assert dask_result.result() == expect
 
 
+def test_a_worker_stopped_past_the_heartbeat_rejoins_by_itself():
+    """A worker process stopped (SIGSTOP) for longer than tagspace's heartbeat timeout, then
+    resumed: its peer sees it go down, the plugin connects to it again by itself (no library
+    call), it comes back with the same identity, and a second round is exactly once. (That a
+    peer that tells no address is not reconnected is the control in test_ucxx.py.)"""
+    import signal
+
+    with cluster("thread", n_workers=2) as client:
+        client.register_plugin(tsd.Plugin(heartbeat_interval_ms=200, heartbeat_timeout_ms=1500))
+        ws = workers(client)
+        pids = client.run(roles.rejoin_start, ws)
+        stopped = ws[1]
+        os.kill(pids[stopped]["pid"], signal.SIGSTOP)
+        try:
+            time.sleep(4.0)
+        finally:
+            os.kill(pids[stopped]["pid"], signal.SIGCONT)
+        res = client.run(roles.rejoin_wait, ws, 60.0)
+        for w in ws:
+            r = res[w]
+            assert r["rejoined"], (w, r)
+            assert r["events"][-2:] == ["down", "up"], (w, r)
+            assert r["round2"] and not r["again"], (w, r)
+            assert r["live_ep"], (w, r)
+        assert res[ws[0]]["stats"]["reconnects"] == 1, res[ws[0]]
+        assert res[ws[0]]["stats"]["heartbeat_timeouts"] >= 1, res[ws[0]]
+
+
 def test_control_default_layout_the_probe_takes_tagspace_messages():
     """The same round, with tagspace's default layout: rapidsmpf's probe loop takes
     tagspace's messages (which then never arrive), so the assertions above can fail."""
