@@ -29,7 +29,7 @@ hostile_bin=$(scripts/cargo-exe.sh test hostile_peer)
 # Held namespaces take messages out of UCX's queue by probe and receive them later
 # (ucp_tag_msg_recv_nbx), a path each UCX implements on its own.
 backlog_bin=$(scripts/cargo-exe.sh test backlog)
-# The conformance suite over TCP and shared memory (50 cases; `cargo test` runs it on 1.12.1).
+# The conformance suite over TCP and shared memory (54 cases; `cargo test` runs it on 1.12.1).
 conformance_bin=$(scripts/cargo-exe.sh test conformance_ucx)
 for v in "${versions[@]}"; do
   lib=$(scripts/ucx-lib.sh "$v")
@@ -69,13 +69,8 @@ for v in "${versions[@]}"; do
   echo "-- held-namespace (backlog limit) tests with UCX $loaded"
   with_ucx "$backlog_bin" 2>&1 | grep -E "^test result|FAILED|panicked"
   [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "backlog tests failed with UCX $loaded"; exit 1; }
-  # On 1.22.0 one case is left out: over shared memory, beside the other cases, UCX fails the
-  # flooding peer's endpoint before the flood limit cuts it off
-  # (`shm::a_peer_flooding_control_frames_is_cut_off_alone`; README, known limits).
-  skip=()
-  [ "$v" != wheel ] || skip=(--exact --skip shm::a_peer_flooding_control_frames_is_cut_off_alone)
   echo "-- conformance suite (TCP and shared memory) with UCX $loaded"
-  with_ucx "$conformance_bin" ${skip[@]+"${skip[@]}"} 2>&1 | grep -E "^test result|FAILED|panicked|Assertion"
+  with_ucx "$conformance_bin" 2>&1 | grep -E "^test result|FAILED|panicked|Assertion"
   [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "conformance suite failed with UCX $loaded"; exit 1; }
   # The hostile C peer runs on the system's UCX by default (1.13.1, against a node on 1.12.1 in
   # `cargo test`); a 1.13.1 client cannot connect to a 1.22.0 listener at all, so on the wheel
