@@ -190,6 +190,8 @@ struct AfterDeaf {
     back: bool,
     carried: Option<Vec<u8>>,
     moved: Option<Vec<u8>>,
+    /// With `release`: the carried messages the release dropped.
+    released: u64,
 }
 
 /// Three nodes on one manual clock; `a` knows `b` and `c`. `b` sends `a` a message `a` has not
@@ -198,8 +200,9 @@ struct AfterDeaf {
 /// its heartbeat cuts both peers off and theirs cut `a` off. With `replace`, `a` replaces its
 /// worker, and everyone dials again. Reports whether `a` got both peers back within 60
 /// simulated seconds, and, once back, the message sent before the fault and what the receive
-/// posted before it took from `c`.
-fn deaf_node(replace: bool) -> AfterDeaf {
+/// posted before it took from `c` — or, with `release`, how many carried messages releasing
+/// the namespace dropped (R7: nothing carried outlives its name).
+fn deaf_node(replace: bool, release: bool) -> AfterDeaf {
     const FAST: Liveness = Liveness {
         interval_ms: 500,
         timeout_ms: 3_000,
@@ -271,12 +274,19 @@ fn deaf_node(replace: bool) -> AfterDeaf {
         back,
         carried: None,
         moved: None,
+        released: 0,
     };
     if !back {
         return after;
     }
     assert_eq!(a.stats().deaf, 1);
     assert_eq!(a.stats().carried, 1, "{:?}", a.stats());
+    if release {
+        let dropped = a.stats().carry_dropped;
+        a.release(la);
+        after.released = a.stats().carry_dropped - dropped;
+        return after;
+    }
     let carried = a.recv_from(la, bt, 5, 64);
     let sent = c.send(lc, a.token(), 9, b"after".to_vec(), 1000);
     for _ in 0..2000 {
@@ -293,7 +303,7 @@ fn deaf_node(replace: bool) -> AfterDeaf {
 
 #[test]
 fn a_node_that_hears_nobody_replaces_its_worker_and_gets_its_peers_back() {
-    let after = deaf_node(true);
+    let after = deaf_node(true, false);
     assert_eq!(after.replaced, 1);
     assert!(after.same_addr, "listens elsewhere after the replacement");
     assert!(after.back, "the deaf node did not get its peers back");
@@ -305,10 +315,19 @@ fn a_node_that_hears_nobody_replaces_its_worker_and_gets_its_peers_back() {
 /// unread), which is what the test above shows the replacement fixes.
 #[test]
 fn without_a_new_worker_a_node_that_hears_nobody_stays_cut_off() {
-    let after = deaf_node(false);
+    let after = deaf_node(false, false);
     assert_eq!(after.replaced, 0);
     assert!(
         !after.back,
         "a deaf node got its peers back without a new worker"
     );
+}
+
+/// A namespace released after its worker was replaced drops what was carried over for it
+/// (counted `carry_dropped`), as a release forgets what waits in UCX's queue for it.
+#[test]
+fn a_released_namespace_drops_what_was_carried_for_it() {
+    let after = deaf_node(true, true);
+    assert!(after.back);
+    assert_eq!(after.released, 1);
 }

@@ -15,6 +15,9 @@ use super::*;
 pub const CARRIED_MAX: usize = 4096;
 /// The longest message carried over from a replaced worker, in bytes.
 pub const CARRY_LEN_MAX: usize = 1 << 20;
+/// The most bytes carried over from a replaced worker in all (held in the node's memory until
+/// received, beside UCX's own queue: a bound of its own, not `CARRIED_MAX` × `CARRY_LEN_MAX`).
+pub const CARRIED_BYTES_MAX: usize = 64 << 20;
 /// How long a replacement waits for one carried message's data before giving it up, and for
 /// all of them.
 const CARRY_WAIT: Duration = Duration::from_millis(100);
@@ -29,16 +32,31 @@ pub(super) const RETIRED_POLL_MS: u64 = 10;
 #[derive(Default)]
 pub(super) struct Carried {
     msgs: VecDeque<(u64, Vec<u8>)>,
+    /// The data bytes in `msgs`.
+    bytes: usize,
 }
 
 impl Carried {
+    /// Keeps `data` sent with `tag`, unless that would pass [`CARRIED_MAX`] messages or
+    /// [`CARRIED_BYTES_MAX`] bytes; whether it was kept.
+    fn push(&mut self, tag: u64, data: Vec<u8>) -> bool {
+        if self.msgs.len() >= CARRIED_MAX || self.bytes + data.len() > CARRIED_BYTES_MAX {
+            return false;
+        }
+        self.bytes += data.len();
+        self.msgs.push_back((tag, data));
+        true
+    }
+
     /// Takes the oldest carried message that matches `(tag, mask)` (UCX's rule).
     pub(super) fn take(&mut self, tag: u64, mask: u64) -> Option<(u64, Vec<u8>)> {
         if self.msgs.is_empty() {
             return None;
         }
         let i = (self.msgs.iter()).position(|(t, _)| (t ^ tag) & mask == 0)?;
-        self.msgs.remove(i)
+        let m = self.msgs.remove(i)?;
+        self.bytes -= m.1.len();
+        Some(m)
     }
 
     /// The oldest carried message that matches `(tag, mask)`, without taking it.
@@ -51,15 +69,11 @@ impl Carried {
             })
     }
 
-    /// How many are carried.
-    pub(super) fn len(&self) -> usize {
-        self.msgs.len()
-    }
-
     /// Drops those sent to namespace id `id` (released); how many.
     pub(super) fn forget(&mut self, layout: &TagLayout, id: u16) -> u64 {
         let before = self.msgs.len();
         self.msgs.retain(|(t, _)| layout.namespace_of(*t) != id);
+        self.bytes = self.msgs.iter().map(|(_, d)| d.len()).sum();
         (before - self.msgs.len()) as u64
     }
 }
@@ -158,7 +172,8 @@ impl Node {
 
     /// Takes every message waiting unreceived on `old` into [`Carried`]: a proven peer's (its
     /// pair value names one), of at most [`CARRY_LEN_MAX`] bytes, whose data arrives within
-    /// [`CARRY_WAIT`]; the rest are dropped and counted. Returns how many were carried.
+    /// [`CARRY_WAIT`], while [`CARRIED_MAX`] and [`CARRIED_BYTES_MAX`] allow; the rest are
+    /// dropped and counted. Returns how many were carried.
     fn carry_from(&mut self, old: &Worker) -> usize {
         let layout = self.registry.layout();
         let mut carried = 0;
@@ -191,12 +206,14 @@ impl Node {
             };
             let id = layout.namespace_of(info.tag);
             let keep = (self.engine.libs().iter()).any(|(_, l)| l.ns().id() == id)
-                && !self.engine.conns().forged(layout, info.tag)
-                && self.carried.len() < CARRIED_MAX;
+                && !self.engine.conns().forged(layout, info.tag);
             match done {
                 Some(Ok(Completion::Received { tag, data })) if keep => {
-                    self.carried.msgs.push_back((tag, data));
-                    carried += 1;
+                    if self.carried.push(tag, data) {
+                        carried += 1;
+                    } else {
+                        self.stats.carry_dropped += 1;
+                    }
                 }
                 // Unfinished (a rendezvous from a peer already gone): dropped, which cancels
                 // it and parks it with the old worker until that goes.
@@ -226,5 +243,45 @@ impl Node {
             self.on_ep_error(key, error);
         }
         self.retired.retain(|w| !w.is_last_handle());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The carry's bounds (messages and bytes), UCX's matching rule oldest first, and a
+    /// released namespace's messages dropped with their bytes.
+    #[test]
+    fn carried_messages_are_bounded_matched_oldest_first_and_forgotten_by_namespace() {
+        let layout = TagLayout::default();
+        let tag = |id: u16, payload: u64| layout.base(id) | payload;
+        let mut c = Carried::default();
+        assert!(c.push(tag(40, 1), vec![1; 10]));
+        assert!(c.push(tag(41, 1), vec![2; 20]));
+        assert!(c.push(tag(40, 1), vec![3; 30]));
+        assert_eq!(c.bytes, 60);
+        let info = c.oldest(tag(40, 1), u64::MAX).unwrap();
+        assert_eq!((info.tag, info.len), (tag(40, 1), 10));
+        assert_eq!(
+            c.take(tag(40, 1), u64::MAX).unwrap().1,
+            vec![1; 10],
+            "oldest first"
+        );
+        assert_eq!(c.bytes, 50);
+        assert_eq!(c.forget(&layout, 40), 1);
+        assert_eq!((c.msgs.len(), c.bytes), (1, 20));
+        assert!(c.take(tag(40, 1), u64::MAX).is_none());
+        // The byte bound: what would pass it is refused, what fits after is kept.
+        assert!(!c.push(tag(41, 2), vec![0; CARRIED_BYTES_MAX]));
+        assert!(c.push(tag(41, 2), vec![0; CARRIED_BYTES_MAX - 20]));
+        assert!(!c.push(tag(41, 3), vec![0; 1]));
+        assert_eq!(c.bytes, CARRIED_BYTES_MAX);
+        // The message bound.
+        let mut c = Carried::default();
+        for i in 0..CARRIED_MAX {
+            assert!(c.push(tag(41, i as u64), Vec::new()));
+        }
+        assert!(!c.push(tag(41, 0), Vec::new()));
     }
 }

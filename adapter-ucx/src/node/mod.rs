@@ -70,7 +70,7 @@ mod wireup;
 use config::index_keys;
 pub use config::{fresh_identity, Clock, HostInfo, HostProgress, NodeConfig};
 use deaf::RETIRED_POLL_MS;
-pub use deaf::{CARRIED_MAX, CARRY_LEN_MAX};
+pub use deaf::{CARRIED_BYTES_MAX, CARRIED_MAX, CARRY_LEN_MAX};
 pub use stats::NodeStats;
 
 pub use tagspace_core::wire::Role;

@@ -111,7 +111,8 @@ pub struct NodeStats {
     /// Messages left on a replaced worker that could not be carried over (a stranger's, one
     /// longer than [`CARRY_LEN_MAX`](crate::node::CARRY_LEN_MAX), one whose data could not be
     /// fetched any more — a rendezvous from a peer already cut off — or past
-    /// [`CARRIED_MAX`](crate::node::CARRIED_MAX)).
+    /// [`CARRIED_MAX`](crate::node::CARRIED_MAX) messages or
+    /// [`CARRIED_BYTES_MAX`](crate::node::CARRIED_BYTES_MAX) bytes).
     pub carry_dropped: u64,
 }
 
