@@ -3,9 +3,10 @@
 //! never larger than [`MAX_FRAME_LEN`].
 //!
 //! ```text
-//! frame    = magic "TS" | version u8 (=4) | kind u8 | body_len u16 | body      (big endian)
+//! frame    = magic "TS" | version u8 (=5) | kind u8 | body_len u16 | body      (big endian)
 //! HELLO    = fingerprint u64 | role u8 | namespace_bits u8 | public_key [32] | nonce [16]
 //!            (role: bit 0 the role, bit 1 set by a redial: see Hello::redial)
+//!            | redial_of u64 (only with bit 1: the token the redial expects)
 //!            | count u16 | entry*count
 //! entry    = id u16 | name_len u8 | name
 //! ANNOUNCE = entry
@@ -30,6 +31,8 @@
 //! 10), which tells the proven peer where the sender listens so that it can dial the sender
 //! again after a fault ([`Address`]), and the HELLO's redial flag ([`Hello::redial`]); a
 //! version 3 peer is refused at its HELLO (`UnsupportedVersion`), not after the handshake.
+//! Version 5: a redial's HELLO names the token it expects, so a dial that reaches another
+//! process (an address a peer lied about, or a restart) is not taken for a redial there.
 //!
 //! ```
 //! use tagspace_core::wire::{decode, Frame, WireError};
@@ -49,10 +52,10 @@ use core::fmt;
 /// The two magic bytes at the start of every frame.
 pub const MAGIC: [u8; 2] = *b"TS";
 /// The version this crate speaks.
-pub const VERSION: u8 = 4;
+pub const VERSION: u8 = 5;
 /// Bytes before the body.
 pub const HEADER_LEN: usize = 6;
-/// Bytes of a HELLO before its entries.
+/// Bytes of a HELLO before its entries (8 more with the redial flag: the token it expects).
 pub const HELLO_FIXED_LEN: usize = 12 + PUBLIC_KEY_LEN + NONCE_LEN;
 /// Largest entry on the wire.
 pub const MAX_ENTRY_LEN: usize = 3 + MAX_NAME_LEN;
@@ -292,10 +295,12 @@ pub struct Hello<'a> {
     pub fingerprint: u64,
     /// The sender's role on this endpoint.
     pub role: Role,
-    /// The sender opened this endpoint to dial back a peer it lost to a fault, and holds no
-    /// other connection to it: the receiver keeps this connection over any older one to the
-    /// same (proven) sender, instead of P4's tie-break (bit 1 of the role byte).
-    pub redial: bool,
+    /// `Some(token)`: the sender opened this endpoint to dial back the peer `token`, lost to a
+    /// fault, and holds no other connection to it (bit 1 of the role byte, then the token). A
+    /// receiver whose token it is keeps this connection over any older one to the same
+    /// (proven) sender, instead of P4's tie-break; one whose token it is not (the dial reached
+    /// another process) ranks it below every other connection to that sender.
+    pub redial: Option<u64>,
     /// The sender's namespace width.
     pub namespace_bits: u8,
     /// The sender's public key: its token is the first eight bytes. A claim until its PROOF.
@@ -504,13 +509,16 @@ pub fn decode(bytes: &[u8]) -> Result<Frame<'_>, WireError> {
                 1 => Role::Initiator,
                 _ => return Err(WireError::BadRole(byte)),
             };
-            let redial = byte & ROLE_REDIAL != 0;
             let namespace_bits = r.u8()?;
             if !(MIN_NAMESPACE_BITS..=MAX_NAMESPACE_BITS).contains(&(namespace_bits as u32)) {
                 return Err(WireError::BadNamespaceBits(namespace_bits));
             }
             let public_key = r.array()?;
             let nonce = r.array()?;
+            let redial = match byte & ROLE_REDIAL {
+                0 => None,
+                _ => Some(r.u64()?),
+            };
             let count = r.u16()?;
             let start = r.pos;
             for _ in 0..count {
@@ -627,6 +635,8 @@ impl<'b> Writer<'b> {
 pub struct HelloEncoder<'b> {
     w: Writer<'b>,
     count: u16,
+    /// Where the entry count goes (8 bytes later with the redial's token).
+    count_at: usize,
 }
 
 impl<'b> HelloEncoder<'b> {
@@ -644,13 +654,36 @@ impl<'b> HelloEncoder<'b> {
         w.put(&[role as u8, namespace_bits])?;
         w.put(public_key)?;
         w.put(nonce)?;
+        let count_at = w.pos;
         w.put(&[0, 0])?;
-        Ok(HelloEncoder { w, count: 0 })
+        Ok(HelloEncoder {
+            w,
+            count: 0,
+            count_at,
+        })
     }
 
-    /// Marks the HELLO as a redial's ([`Hello::redial`]).
-    pub fn redial(&mut self) {
-        self.w.buf[HEADER_LEN + 8] |= ROLE_REDIAL;
+    /// Marks the HELLO as the redial of the peer `expected` ([`Hello::redial`]); the entries
+    /// pushed so far move up. A second call only changes the token.
+    pub fn redial(&mut self, expected: u64) -> Result<(), WireError> {
+        let role = HEADER_LEN + 8;
+        if self.w.buf[role] & ROLE_REDIAL != 0 {
+            let at = self.count_at - 8;
+            self.w.buf[at..self.count_at].copy_from_slice(&expected.to_be_bytes());
+            return Ok(());
+        }
+        let end = self.w.pos + 8;
+        if end > self.w.buf.len() {
+            return Err(WireError::BufferTooSmall { needed: end });
+        }
+        self.w
+            .buf
+            .copy_within(self.count_at..self.w.pos, self.count_at + 8);
+        self.w.buf[self.count_at..self.count_at + 8].copy_from_slice(&expected.to_be_bytes());
+        self.w.buf[role] |= ROLE_REDIAL;
+        self.count_at += 8;
+        self.w.pos = end;
+        Ok(())
     }
 
     /// Appends one `(id, name)` entry.
@@ -665,7 +698,7 @@ impl<'b> HelloEncoder<'b> {
 
     /// Patches the count and length; returns the frame's size.
     pub fn finish(self) -> usize {
-        let count_at = HEADER_LEN + HELLO_FIXED_LEN - 2;
+        let count_at = self.count_at;
         self.w.buf[count_at..count_at + 2].copy_from_slice(&self.count.to_be_bytes());
         self.w.finish()
     }
@@ -684,8 +717,8 @@ impl Frame<'_> {
                     &h.public_key,
                     &h.nonce,
                 )?;
-                if h.redial {
-                    e.redial();
+                if let Some(t) = h.redial {
+                    e.redial(t)?;
                 }
                 for (id, name) in h.entries() {
                     e.push(id, &name)?;
@@ -863,16 +896,35 @@ mod tests {
         let mut again = [0u8; 512];
         let m = Frame::Hello(h).encode(&mut again).unwrap();
         assert_eq!(&buf[..n], &again[..m]);
-        assert!(!h.redial);
-        // the redial flag is bit 1 of the role byte, and survives a round trip
-        let mut flagged = buf;
-        flagged[HEADER_LEN + 8] |= 2;
-        let Frame::Hello(r) = decode(&flagged[..n]).unwrap() else {
+        assert_eq!(h.redial, None);
+        // The redial flag is bit 1 of the role byte, followed by the token it expects; set
+        // after entries were pushed, it moves them up. It survives a round trip.
+        let mut flagged = [0u8; 512];
+        let mut e = HelloEncoder::new(&mut flagged, 0xfeed, Role::Initiator, 8, &[7; 32], &[9; 16])
+            .unwrap();
+        e.push(2, &Name::new("dask").unwrap()).unwrap();
+        e.redial(0x1234).unwrap();
+        e.redial(0xabcd).unwrap(); // only the token changes
+        e.push(16, &Name::new("engine").unwrap()).unwrap();
+        let fl = e.finish();
+        assert_eq!(fl, n + 8);
+        assert_eq!(flagged[HEADER_LEN + 8], 1 | 2);
+        let Frame::Hello(r) = decode(&flagged[..fl]).unwrap() else {
             panic!("not a hello")
         };
-        assert!(r.redial && r.role == Role::Initiator);
+        assert_eq!((r.redial, r.role), (Some(0xabcd), Role::Initiator));
+        assert_eq!(r.entries().count(), 2);
         let m = Frame::Hello(r).encode(&mut again).unwrap();
-        assert_eq!(&flagged[..n], &again[..m]);
+        assert_eq!(&flagged[..fl], &again[..m]);
+        // The flag without its token is cut short.
+        let mut cut = buf;
+        cut[HEADER_LEN + 8] |= 2;
+        assert!(decode(&cut[..n]).is_err());
+        // No room for the token: named, nothing written past the buffer.
+        let mut small = [0u8; HEADER_LEN + HELLO_FIXED_LEN + 4];
+        let mut e =
+            HelloEncoder::new(&mut small, 0xfeed, Role::Initiator, 8, &[7; 32], &[9; 16]).unwrap();
+        assert!(matches!(e.redial(1), Err(WireError::BufferTooSmall { .. })));
     }
 
     #[test]
@@ -929,15 +981,15 @@ mod tests {
             })
         );
         assert_eq!(
-            decode(b"TS\x04\x03\x00\x06\x00\x01\x00\x00\x00\x00"),
+            decode(b"TS\x05\x03\x00\x06\x00\x01\x00\x00\x00\x00"),
             Err(WireError::ReservedId { id: 1 })
         );
         assert_eq!(
-            decode(b"TS\x04\x02\x00\x03\x00\x00\x00"),
+            decode(b"TS\x05\x02\x00\x03\x00\x00\x00"),
             Err(WireError::ReservedId { id: 0 })
         );
         assert_eq!(
-            decode(b"TS\x04\x04\x00\x01\x09"),
+            decode(b"TS\x05\x04\x00\x01\x09"),
             Ok(Frame::Close {
                 reason: CloseReason::Other(9)
             })
@@ -983,9 +1035,9 @@ mod tests {
         let n = Frame::Withdraw { id: 2, seq: 1 }.encode(&mut buf).unwrap();
         assert!(!is_heartbeat(&buf[..n]));
         assert!(!is_heartbeat(b"XX\x02\x07"));
-        assert!(!is_heartbeat(b"TS\x04"));
+        assert!(!is_heartbeat(b"TS\x05"));
         assert_eq!(
-            decode(b"TS\x04\x04\x00\x01\x06"),
+            decode(b"TS\x05\x04\x00\x01\x06"),
             Ok(Frame::Close {
                 reason: CloseReason::Unresponsive
             })

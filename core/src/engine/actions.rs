@@ -1076,6 +1076,40 @@ mod tests {
         }
     }
 
+    /// A redial that reaches another process than the one it named (a hostile peer told the
+    /// address of an honest one, or a process restarted there) replaces nothing: both sides
+    /// rank it below their connection, close it, and keep the old one — whichever token is
+    /// lower. (A redial that reaches its peer replaces the old one: the test above.)
+    #[test]
+    fn a_dial_that_reaches_another_process_replaces_nothing() {
+        for swap in [false, true] {
+            let (mut a, mut b) = two();
+            if swap {
+                core::mem::swap(&mut a, &mut b);
+            }
+            let (ta, tb) = (a.me.token(), b.me.token());
+            let i1 = a.e.add_conn(1, Role::Initiator, &a.me, 0, ());
+            let j1 = b.e.add_conn(1, Role::Acceptor, &b.me, 0, ());
+            pump(&mut a, i1, &mut b, j1, 0);
+            // a dials a lost peer at the address it told, which is b's.
+            let i2 = a.e.add_conn(2, Role::Initiator, &a.me, 0, ());
+            a.e.dial_started(0xdead_beef, i2);
+            let j2 = b.e.add_conn(2, Role::Acceptor, &b.me, 0, ());
+            pump(&mut a, i2, &mut b, j2, 0);
+            assert!(
+                a.e.conns.get(i1).unwrap().is_open(),
+                "a kept its connection"
+            );
+            assert!(
+                b.e.conns.get(j1).unwrap().is_open(),
+                "b kept its connection"
+            );
+            assert!(!a.e.conns.get(i2).unwrap().is_open());
+            assert!(!b.e.conns.get(j2).unwrap().is_open());
+            assert_eq!((a.e.conns.live_to(tb), b.e.conns.live_to(ta)), (1, 1));
+        }
+    }
+
     #[test]
     fn a_close_seen_after_its_endpoints_failure_means_no_dial() {
         use crate::engine::{Backoff, Redial};

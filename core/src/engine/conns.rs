@@ -1105,9 +1105,9 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
 
     /// Connection `id` was opened to dial back its peer lost to a fault: its HELLO says so
     /// (unless it went out already), and the peer keeps it over any older connection.
-    pub(crate) fn mark_redial(&mut self, id: ConnId) {
+    pub(crate) fn mark_redial(&mut self, id: ConnId, expected: u64) {
         if let Some(i) = self.pos(id) {
-            self.conns[i].session.mark_redial();
+            self.conns[i].session.mark_redial(expected);
         }
     }
 
@@ -1288,8 +1288,10 @@ fn live_to<const CAP: usize, L: Link<CAP>>(links: &[L], peer: u64) -> usize {
 
 /// P4: when a connection to `peer` has just been established, the connections to it that lose
 /// (indices into `links`), if more than one serves it. Each connection has a rank both sides
-/// compute alike from what both saw in the handshake: a redial's (either HELLO says so) beats
-/// any other, then the one opened by the lower token (the simultaneous-connect tie-break); the
+/// compute alike from what both saw in the handshake: a dial that reached another process
+/// than the one its HELLO named (a misdial) loses to any other, a redial's (either HELLO says
+/// it redials the other) beats any other, then the one opened by the lower token (the
+/// simultaneous-connect tie-break); the
 /// connections ranked below the best lose, and connections tied at the best are all kept — so
 /// however the establishments interleave on the two sides, the best is never closed, on
 /// either. A lone connection is kept whoever opened it. The adapter closes each loser with
@@ -1305,7 +1307,11 @@ fn superseded<const CAP: usize, L: Link<CAP>>(
     }
     let rank = |l: &L| {
         let s = l.session();
-        Some((s.redials() || s.peer_redials(), s.survives_duplicate()?))
+        Some((
+            !s.misdialled(),
+            s.redials() || s.peer_redials(),
+            s.survives_duplicate()?,
+        ))
     };
     let serving = || {
         links

@@ -174,7 +174,7 @@ impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, 
     /// next dial waits while it may still prove to be the peer.
     pub fn dial_started(&mut self, peer: u64, conn: ConnId) {
         self.dials.started(peer, conn);
-        self.conns.mark_redial(conn);
+        self.conns.mark_redial(conn, peer);
     }
 
     /// The connections.

@@ -40,24 +40,41 @@ impl<const CAP: usize> Session<CAP> {
         Some(opener == self.local_token.min(peer.token))
     }
 
-    /// Marks this endpoint as opened to dial back a peer lost to a fault: its HELLO says so
-    /// ([`wire::Hello::redial`]), and the peer keeps it over any older connection to this
-    /// process. No effect once the HELLO went out.
-    pub fn mark_redial(&mut self) {
+    /// Marks this endpoint as opened to dial back `expected`, a peer lost to a fault: its
+    /// HELLO says so and names it ([`wire::Hello::redial`]), and if `expected` answers, both
+    /// keep this connection over any older one between them. No effect once the HELLO went
+    /// out.
+    pub fn mark_redial(&mut self, expected: u64) {
         if !self.hello_sent {
-            self.redial = true;
+            self.redial_of = Some(expected);
         }
     }
 
-    /// Whether this side's HELLO said it redials.
+    /// Whether this side's HELLO said it redials, and the peer is the one it expected.
     pub fn redials(&self) -> bool {
-        self.redial && self.hello_sent
+        self.hello_sent && self.redial_of.is_some() && self.redial_of == self.peer_token()
     }
 
-    /// Whether the peer's HELLO said it redials (it lost every other connection to this
-    /// process).
+    /// Whether the peer's HELLO said it redials this process (it lost every other connection
+    /// to it).
     pub fn peer_redials(&self) -> bool {
-        self.peer_redials
+        self.peer_redial_of == Some(self.local_token)
+    }
+
+    /// Whether either side's HELLO said it redials someone other than the process that
+    /// answered: a dial that reached another process (an address a peer lied about, or one
+    /// that restarted there). Both sides see it alike; such a connection ranks below every
+    /// other one between them (P4).
+    pub fn misdialled(&self) -> bool {
+        let ours = self.hello_sent
+            && self.redial_of.is_some()
+            && self.peer_token().is_some_and(|p| Some(p) != self.redial_of);
+        ours || self.peer_redial_of.is_some_and(|t| t != self.local_token)
+    }
+
+    /// The proven peer's token.
+    fn peer_token(&self) -> Option<u64> {
+        self.peer.map(|p| p.token)
     }
 
     /// The peer's HELLO: the layout and its key checked, its name table taken.
@@ -84,7 +101,7 @@ impl<const CAP: usize> Session<CAP> {
             dir.insert(id, name)?;
         }
         self.directory = dir;
-        self.peer_redials = h.redial;
+        self.peer_redial_of = h.redial;
         self.claim = Some((
             Party {
                 public_key: h.public_key,
@@ -157,8 +174,8 @@ impl<const CAP: usize> Session<CAP> {
                 &self.local.public_key,
                 &self.local.nonce,
             )?;
-            if self.redial {
-                enc.redial();
+            if let Some(t) = self.redial_of {
+                enc.redial(t)?;
             }
             let mut told = [0u32; CAP];
             let mut result = Ok(());

@@ -300,9 +300,10 @@ pub struct Session<const CAP: usize = 256> {
     advertised: Option<wire::Address>,
     addr_sent: bool,
     peer_addr: Option<wire::Address>,
-    /// This side's HELLO says it redials (set before it goes out), and the peer's said so.
-    redial: bool,
-    peer_redials: bool,
+    /// The peer this side's HELLO says it redials (set before it goes out), and the one the
+    /// peer's said it redials.
+    redial_of: Option<u64>,
+    peer_redial_of: Option<u64>,
 }
 
 impl<const CAP: usize> Session<CAP> {
@@ -345,8 +346,8 @@ impl<const CAP: usize> Session<CAP> {
             advertised: None,
             addr_sent: false,
             peer_addr: None,
-            redial: false,
-            peer_redials: false,
+            redial_of: None,
+            peer_redial_of: None,
         }
     }
 
