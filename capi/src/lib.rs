@@ -358,6 +358,27 @@ unsafe fn put<T>(out: *mut T, what: &str, v: T) -> Result<(), Fail> {
 /// # Safety
 /// `p` is `NULL` or points to a NUL-terminated string, or to at least 65 readable bytes.
 unsafe fn c_name<'a>(p: *const c_char, what: &str) -> Result<&'a str, Fail> {
+    // SAFETY: the caller's contract.
+    let bytes = unsafe { c_bytes(p, what, MAX_NAME_LEN, TAGSPACE_ERR_BAD_NAME) }?;
+    std::str::from_utf8(bytes).map_err(|_| {
+        Fail::new(
+            TAGSPACE_ERR_BAD_NAME,
+            format!("`{what}` is not visible ASCII (bytes 0x21..=0x7e)"),
+        )
+    })
+}
+
+/// The bytes of a NUL-terminated string of at most `max` bytes, looking at no more than
+/// `max + 1`; a longer one fails with `code`, naming `what`.
+///
+/// # Safety
+/// `p` is `NULL` or points to a NUL-terminated string, or to at least `max + 1` readable bytes.
+unsafe fn c_bytes<'a>(
+    p: *const c_char,
+    what: &str,
+    max: usize,
+    code: tagspace_status_t,
+) -> Result<&'a [u8], Fail> {
     if p.is_null() {
         return Err(Fail::new(
             TAGSPACE_ERR_NULL_ARGUMENT,
@@ -366,23 +387,17 @@ unsafe fn c_name<'a>(p: *const c_char, what: &str) -> Result<&'a str, Fail> {
     }
     let mut len = 0;
     // SAFETY: we stop at the first NUL, so every byte read lies inside the caller's string.
-    while len <= MAX_NAME_LEN && unsafe { *p.add(len) } != 0 {
+    while len <= max && unsafe { *p.add(len) } != 0 {
         len += 1;
     }
-    if len > MAX_NAME_LEN {
+    if len > max {
         return Err(Fail::new(
-            TAGSPACE_ERR_BAD_NAME,
-            format!("`{what}` is longer than {MAX_NAME_LEN} bytes (or not NUL-terminated)"),
+            code,
+            format!("`{what}` is longer than {max} bytes (or not NUL-terminated)"),
         ));
     }
     // SAFETY: `len` bytes were just read.
-    let bytes = unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) };
-    std::str::from_utf8(bytes).map_err(|_| {
-        Fail::new(
-            TAGSPACE_ERR_BAD_NAME,
-            format!("`{what}` is not visible ASCII (bytes 0x21..=0x7e)"),
-        )
-    })
+    Ok(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) })
 }
 
 /// Copies `s` into `buf` (at most `cap - 1` bytes and a NUL); returns `s`'s full length.

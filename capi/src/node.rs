@@ -926,21 +926,10 @@ pub unsafe extern "C" fn tagspace_node_advertise(
 /// Reads `"IP:PORT"` from a C string, naming what is wrong with it.
 ///
 /// # Safety
-/// `p` is a non-NULL NUL-terminated string.
+/// `p` is a NUL-terminated string.
 unsafe fn socket_address(p: *const c_char) -> Result<std::net::SocketAddr, Fail> {
-    let mut len = 0;
-    // SAFETY: we stop at the first NUL, so every byte read lies inside the caller's string.
-    while len <= ADDRESS_LEN_MAX && unsafe { *p.add(len) } != 0 {
-        len += 1;
-    }
-    if len > ADDRESS_LEN_MAX {
-        return Err(Fail::new(
-            TAGSPACE_ERR_MISUSE,
-            format!("`address` is longer than {ADDRESS_LEN_MAX} bytes (or not NUL-terminated)"),
-        ));
-    }
-    // SAFETY: `len` bytes were just read.
-    let bytes = unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) };
+    // SAFETY: the caller's contract.
+    let bytes = unsafe { crate::c_bytes(p, "address", ADDRESS_LEN_MAX, TAGSPACE_ERR_MISUSE) }?;
     let text = String::from_utf8_lossy(bytes);
     let addr: std::net::SocketAddr = text.parse().map_err(|_| {
         Fail::new(

@@ -570,6 +570,46 @@ fn node_calls_check_their_arguments() {
     }
 }
 
+/// Two nodes through the ABI on the workers of `wa` and `wb` (node progress, the default
+/// heartbeat), each on a private registry of the default layout: `[(node, registry); 2]`.
+///
+/// # Safety
+/// The workers outlive the nodes.
+unsafe fn adopt_two(
+    wa: &tagspace_ucx::ucp::Worker,
+    wb: &tagspace_ucx::ucp::Worker,
+) -> [(*mut tagspace_node_t, *mut tagspace_registry_t); 2] {
+    [wa, wb].map(|w| {
+        // SAFETY: the caller's contract; locals for the outputs.
+        unsafe {
+            let mut opts = std::mem::zeroed::<tagspace_node_options_t>();
+            tagspace_node_options_init(&mut opts);
+            opts.progress = TAGSPACE_PROGRESS_NODE;
+            let mut lo = std::mem::zeroed::<tagspace_layout_options_t>();
+            tagspace_layout_options_init(&mut lo);
+            let (mut n, mut r) = (null_mut(), null_mut());
+            assert_eq!(tagspace_registry_new(&lo, &mut r), TAGSPACE_OK);
+            let raw = w.as_raw().cast::<std::ffi::c_void>();
+            assert_eq!(
+                tagspace_node_adopt(raw, r, &opts, &mut n, null_mut()),
+                TAGSPACE_OK
+            );
+            (n, r)
+        }
+    })
+}
+
+/// A node's token (`tagspace_node_info`).
+fn token(n: *const tagspace_node_t) -> u64 {
+    let mut i = tagspace_node_info_t {
+        struct_size: std::mem::size_of::<tagspace_node_info_t>() as u32,
+        ..Default::default()
+    };
+    // SAFETY: a live node handle (the tests' own); a local for the output.
+    assert_eq!(unsafe { tagspace_node_info(n, &mut i) }, TAGSPACE_OK);
+    i.token
+}
+
 /// Two nodes in one process on workers and endpoints "a host" made (here tagspace's own UCX
 /// wrappers stand in for the host): routing works across different ids for one name, and the
 /// route cache never outlives a change — a released name stops routing, a re-registered one
@@ -585,31 +625,9 @@ fn routes_follow_the_peers_registrations_through_the_cache() {
     // SAFETY: addresses from the workers themselves.
     let ea = unsafe { Endpoint::connect_address(&wa, &wb.address().unwrap()) }.unwrap();
     let eb = unsafe { Endpoint::connect_address(&wb, &wa.address().unwrap()) }.unwrap();
-    let (mut a, mut b) = (null_mut(), null_mut());
-    let mut opts = tagspace_node_options_t {
-        struct_size: 0,
-        progress: 0,
-        heartbeat_interval_ms: 0,
-        heartbeat_timeout_ms: 0,
-    };
     // SAFETY: live workers and endpoints that outlive the nodes; locals for the outputs.
     unsafe {
-        tagspace_node_options_init(&mut opts);
-        opts.progress = TAGSPACE_PROGRESS_NODE;
-        let (mut ra, mut rb) = (null_mut(), null_mut());
-        let mut lo = std::mem::zeroed::<tagspace_layout_options_t>();
-        tagspace_layout_options_init(&mut lo);
-        assert_eq!(tagspace_registry_new(&lo, &mut ra), TAGSPACE_OK);
-        assert_eq!(tagspace_registry_new(&lo, &mut rb), TAGSPACE_OK);
-        let w = |w: &Worker| w.as_raw().cast::<c_void>();
-        assert_eq!(
-            tagspace_node_adopt(w(&wa), ra, &opts, &mut a, null_mut()),
-            TAGSPACE_OK
-        );
-        assert_eq!(
-            tagspace_node_adopt(w(&wb), rb, &opts, &mut b, null_mut()),
-            TAGSPACE_OK
-        );
+        let [(a, ra), (b, rb)] = adopt_two(&wa, &wb);
         let (mut la, mut lb, mut pad) = (0, 0, 0);
         assert_eq!(
             tagspace_node_register(a, c"cache.lib".as_ptr(), &mut la),
@@ -632,14 +650,6 @@ fn routes_follow_the_peers_registrations_through_the_cache() {
             tagspace_node_attach(b, epb, TAGSPACE_SIDE_ACCEPTOR),
             TAGSPACE_OK
         );
-        let token = |n| {
-            let mut i = tagspace_node_info_t {
-                struct_size: std::mem::size_of::<tagspace_node_info_t>() as u32,
-                ..Default::default()
-            };
-            assert_eq!(tagspace_node_info(n, &mut i), TAGSPACE_OK);
-            i.token
-        };
         let tb = token(b);
         let route = |payload: u64| {
             let (mut ep, mut tag) = (null_mut(), 0u64);
@@ -729,26 +739,9 @@ fn a_peer_lost_to_a_fault_is_reported_and_reconnected_through_the_abi() {
     };
     let (ea, eb) = connect(&lb);
     let raw_ep = |e: &Endpoint| e.as_raw().cast::<c_void>();
-    let w = |w: &Worker| w.as_raw().cast::<c_void>();
-    let (mut a, mut b) = (null_mut(), null_mut());
     // SAFETY: live workers and endpoints that outlive the nodes; locals for the outputs.
     unsafe {
-        let mut opts = std::mem::zeroed::<tagspace_node_options_t>();
-        tagspace_node_options_init(&mut opts);
-        opts.progress = TAGSPACE_PROGRESS_NODE;
-        let (mut ra, mut rb) = (null_mut(), null_mut());
-        let mut lo = std::mem::zeroed::<tagspace_layout_options_t>();
-        tagspace_layout_options_init(&mut lo);
-        assert_eq!(tagspace_registry_new(&lo, &mut ra), TAGSPACE_OK);
-        assert_eq!(tagspace_registry_new(&lo, &mut rb), TAGSPACE_OK);
-        assert_eq!(
-            tagspace_node_adopt(w(&wa), ra, &opts, &mut a, null_mut()),
-            TAGSPACE_OK
-        );
-        assert_eq!(
-            tagspace_node_adopt(w(&wb), rb, &opts, &mut b, null_mut()),
-            TAGSPACE_OK
-        );
+        let [(a, ra), (b, rb)] = adopt_two(&wa, &wb);
         // Addresses a peer could not connect to are refused, naming the input.
         for bad in [
             c"13337",
@@ -783,14 +776,6 @@ fn a_peer_lost_to_a_fault_is_reported_and_reconnected_through_the_abi() {
             tagspace_node_attach(b, raw_ep(&eb), TAGSPACE_SIDE_ACCEPTOR),
             TAGSPACE_OK
         );
-        let token = |n| {
-            let mut i = tagspace_node_info_t {
-                struct_size: std::mem::size_of::<tagspace_node_info_t>() as u32,
-                ..Default::default()
-            };
-            assert_eq!(tagspace_node_info(n, &mut i), TAGSPACE_OK);
-            i.token
-        };
         let (ta, tb) = (token(a), token(b));
         let route = |from, lib, to| {
             let (mut ep, mut tag) = (null_mut(), 0u64);

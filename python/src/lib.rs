@@ -114,6 +114,25 @@ struct Node {
 }
 
 impl Node {
+    /// Attaches the endpoint handle `ep` with `how` (the GIL released) and keeps `keep`
+    /// alive until it is detached.
+    fn attach_with(
+        &self,
+        py: Python<'_>,
+        ep: usize,
+        keep: Py<PyAny>,
+        how: impl FnOnce(&SharedNode, sys::ucp_ep_h) -> Result<(), NodeError> + Send,
+    ) -> PyResult<()> {
+        let n = self.get()?;
+        let e = handle::<sys::ucp_ep>(ep, "endpoint")? as usize;
+        py.detach(|| how(&n, e as sys::ucp_ep_h)).map_err(err)?;
+        self.keep
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(e, keep);
+        Ok(())
+    }
+
     fn get(&self) -> PyResult<SharedNode> {
         self.node
             .lock()
@@ -215,17 +234,10 @@ impl Node {
 
     /// Lets tagspace use the host's endpoint `ep` (an int); `keep` is kept alive until detach.
     fn attach(&self, py: Python<'_>, ep: usize, side_: &str, keep: Py<PyAny>) -> PyResult<()> {
-        let (n, s) = (self.get()?, side(side_)?);
-        let e = handle::<sys::ucp_ep>(ep, "endpoint")? as usize;
+        let s = side(side_)?;
         // SAFETY: a live endpoint of this worker (the Python half checked the ucxx endpoint is
         // open), kept alive by `keep` until detach.
-        py.detach(|| unsafe { n.attach(e as sys::ucp_ep_h, s) })
-            .map_err(err)?;
-        self.keep
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(e, keep);
-        Ok(())
+        self.attach_with(py, ep, keep, |n, e| unsafe { n.attach(e, s) })
     }
 
     /// `attach` as the initiator of a reconnect to the lost `peer` (`reconnect_needed`): the
@@ -237,16 +249,8 @@ impl Node {
         peer: u64,
         keep: Py<PyAny>,
     ) -> PyResult<()> {
-        let n = self.get()?;
-        let e = handle::<sys::ucp_ep>(ep, "endpoint")? as usize;
         // SAFETY: as for `attach`.
-        py.detach(|| unsafe { n.attach_reconnect(e as sys::ucp_ep_h, peer) })
-            .map_err(err)?;
-        self.keep
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(e, keep);
-        Ok(())
+        self.attach_with(py, ep, keep, |n, e| unsafe { n.attach_reconnect(e, peer) })
     }
 
     /// Stops using `ep` (before the host closes it).
