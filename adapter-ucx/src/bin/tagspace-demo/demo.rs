@@ -552,6 +552,15 @@ fn peer(o: &Opts) -> Result<(), String> {
         if !mid_said && issued * 2 >= total_sends {
             mid_said = true;
             println!("MID");
+            if o.stop == Some(me) {
+                // The parent stops this process now. Under load its SIGSTOP may come late, and
+                // a process that went on and finished its sends meanwhile would leave its peers
+                // nothing to wait for: they would end before the heartbeat could cut it off.
+                // So it sends nothing more and stops answering at once, as stopped.
+                loop {
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            }
         }
         let done: Vec<OpId> = sends
             .keys()
