@@ -93,14 +93,19 @@ def _handle(obj: Any, attr: str, what: str) -> Tuple[int, Any]:
 
 
 def _address(addr: Any) -> Optional[str]:
-    """``"IP:PORT"`` from a ucxx listener (``.ip``, ``.port``), an ``(ip, port)`` pair or a
-    string; None stays None."""
+    """``"IP:PORT"`` from a ucxx listener (``.ip``, ``.port``; one on every interface, as
+    ucxx's are by default, is told as this host's address, ``ucxx.get_address()``), an
+    ``(ip, port)`` pair or a string; None stays None."""
     if addr is None or isinstance(addr, str):
         return addr
     if isinstance(addr, tuple) and len(addr) == 2:
         ip, port = addr
     elif hasattr(addr, "port") and hasattr(addr, "ip"):
         ip, port = addr.ip, addr.port
+        if str(ip) in ("", "0.0.0.0", "::"):
+            import ucxx
+
+            ip = ucxx.get_address()
     else:
         raise TypeError(
             f"advertise: expected a ucxx listener, (ip, port) or \"IP:PORT\", "
@@ -140,7 +145,8 @@ class Node:
     one can take a tagspace message under the layout.
 
     ``advertise``: where peers should connect to this process again after a fault — the
-    ucxx listener (``ucxx.create_listener(...)``), ``(ip, port)`` or ``"IP:PORT"``; also
+    ucxx listener (``ucxx.create_listener(...)``; one on every interface is told as
+    ``ucxx.get_address()``), ``(ip, port)`` or ``"IP:PORT"``; also
     settable later with ``advertise()``. A peer that loses this process to a fault (a failed
     endpoint, an unanswered heartbeat; not an orderly close) is then told to reconnect
     (``reconnect_needed``/``areconnect`` on its side).

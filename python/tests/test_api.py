@@ -173,3 +173,32 @@ def test_a_process_with_a_chosen_layout():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, env=dict(os.environ))
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
+
+
+def test_advertise_takes_a_listener_a_pair_or_a_string_and_refuses_the_rest(node):
+    async def on_connect(ep):
+        pass
+
+    listener = ucxx.create_listener(on_connect)
+    try:
+        assert node.advertised is None
+        node.advertise(listener)  # on every interface: this host's address
+        assert node.advertised == f"{ucxx.get_address()}:{listener.port}"
+        node.advertise(("127.0.0.1", 13337))
+        assert node.advertised == "127.0.0.1:13337"
+        node.advertise("[::1]:13337")
+        assert node.advertised == "[::1]:13337"
+        for bad in [("0.0.0.0", 13337), "127.0.0.1:0", "localhost:13337", "13337"]:
+            with pytest.raises(ValueError, match="advertise address"):
+                node.advertise(bad)
+        for bad in [5, ("127.0.0.1", "13337"), ("127.0.0.1", True)]:
+            with pytest.raises(TypeError, match="advertise"):
+                node.advertise(bad)
+        assert node.advertised == "[::1]:13337", "a refused address changes nothing"
+        node.advertise(None)
+        assert node.advertised is None
+        assert node.reconnect_needed() is None
+        with pytest.raises(ValueError, match="initiator"):
+            node.attach(12345, "acceptor", reconnects=1)
+    finally:
+        listener.close()
