@@ -23,7 +23,9 @@ use std::ffi::{c_char, c_void};
 use std::sync::Arc;
 use tagspace_core::engine::Liveness;
 use tagspace_core::Registry;
-use tagspace_ucx::node::{HostProgress, LibId, NodeConfig, NodeError, PeerEvent, Role};
+use tagspace_ucx::node::{
+    dialable_address, HostProgress, LibId, NodeConfig, NodeError, PeerEvent, Role,
+};
 use tagspace_ucx::shared::{RouteHit, SharedNode};
 use tagspace_ucx::ucp::ThreadMode;
 
@@ -930,20 +932,8 @@ pub unsafe extern "C" fn tagspace_node_advertise(
 unsafe fn socket_address(p: *const c_char) -> Result<std::net::SocketAddr, Fail> {
     // SAFETY: the caller's contract.
     let bytes = unsafe { crate::c_bytes(p, "address", ADDRESS_LEN_MAX, TAGSPACE_ERR_MISUSE) }?;
-    let text = String::from_utf8_lossy(bytes);
-    let addr: std::net::SocketAddr = text.parse().map_err(|_| {
-        Fail::new(
-            TAGSPACE_ERR_MISUSE,
-            format!("`address` {text:?} is not IP:PORT (e.g. \"10.0.0.2:13337\", \"[::1]:13337\")"),
-        )
-    })?;
-    if addr.ip().is_unspecified() || addr.port() == 0 {
-        return Err(Fail::new(
-            TAGSPACE_ERR_MISUSE,
-            format!("`address` {addr} names no address a peer could connect to (use the listener's own IP and port)"),
-        ));
-    }
-    Ok(addr)
+    dialable_address(&String::from_utf8_lossy(bytes))
+        .map_err(|e| Fail::new(TAGSPACE_ERR_MISUSE, format!("`address` {e}")))
 }
 
 /// The next peer lost to a fault (a failed endpoint, or a heartbeat unanswered; not an

@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 use tagspace_core::engine::Liveness;
 use tagspace_core::foreign;
 use tagspace_core::{RawMatcher, TagLayout};
-use tagspace_ucx::node::{HostProgress, NodeConfig, NodeError, OpId, PeerEvent, Role};
+use tagspace_ucx::node::{
+    dialable_address, HostProgress, NodeConfig, NodeError, OpId, PeerEvent, Role,
+};
 use tagspace_ucx::shared::{Library as RsLibrary, SharedNode};
 use tagspace_ucx::ucp::ThreadMode;
 use ucx1_sys as sys;
@@ -780,18 +782,7 @@ impl Op {
 
 /// `"IP:PORT"` a peer could connect to, or ValueError naming what is wrong.
 fn socket_address(text: &str) -> PyResult<SocketAddr> {
-    let a: SocketAddr = text.parse().map_err(|_| {
-        PyValueError::new_err(format!(
-            "advertise address {text:?} is not IP:PORT (e.g. \"10.0.0.2:13337\", \"[::1]:13337\")"
-        ))
-    })?;
-    if a.ip().is_unspecified() || a.port() == 0 {
-        return Err(PyValueError::new_err(format!(
-            "advertise address {a} names no address a peer could connect to \
-             (use the listener's own IP and port)"
-        )));
-    }
-    Ok(a)
+    dialable_address(text).map_err(|e| PyValueError::new_err(format!("advertise address {e}")))
 }
 
 fn parse_layout(spec: &str) -> PyResult<TagLayout> {

@@ -158,3 +158,19 @@ pub struct HostInfo {
     /// Who progresses the worker.
     pub progress: HostProgress,
 }
+
+/// `text` as an address a peer could dial to reach this node again
+/// ([`NodeConfig::advertise`]): `"IP:PORT"` (`"10.0.0.2:13337"`, `"[::1]:13337"`), neither
+/// every interface (0.0.0.0, ::) nor port 0; else why not, naming the text (for the C and
+/// Python bindings' errors).
+pub fn dialable_address(text: &str) -> Result<SocketAddr, String> {
+    let a: SocketAddr = text.parse().map_err(|_| {
+        format!("{text:?} is not IP:PORT (e.g. \"10.0.0.2:13337\", \"[::1]:13337\")")
+    })?;
+    if a.ip().is_unspecified() || a.port() == 0 {
+        return Err(format!(
+            "{a} names no address a peer could connect to (use the listener's own IP and port)"
+        ));
+    }
+    Ok(a)
+}

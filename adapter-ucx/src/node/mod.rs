@@ -68,7 +68,7 @@ mod strays;
 mod wireup;
 
 use config::index_keys;
-pub use config::{fresh_identity, Clock, HostInfo, HostProgress, NodeConfig};
+pub use config::{dialable_address, fresh_identity, Clock, HostInfo, HostProgress, NodeConfig};
 use deaf::RETIRED_POLL_MS;
 pub use deaf::{CARRIED_BYTES_MAX, CARRIED_MAX, CARRY_LEN_MAX};
 pub use stats::NodeStats;
