@@ -1,4 +1,4 @@
-// The shared library carries a soname, so hosts link against the ABI (`libtagspace.so.0`) and
+// The shared library carries a soname, so hosts link against the ABI (`libtagspace.so.2`) and
 // a later 0.x build with the same ABI can replace it. `TAGSPACE_ABI_VERSION` in src/lib.rs
 // changes together with this number.
 fn main() {

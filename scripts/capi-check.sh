@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The C ABI as a host author meets it: install it under a scratch prefix, build the C and C++
-# hosts with the system compilers through pkg-config (tagspace's and the system UCX's), and run
+# The C ABI as a host author meets it: install it under a scratch prefix, build the C hosts with
+# the system compilers through pkg-config (tagspace's and the system UCX's) and the C++ host
+# through CMake's find_package (capi/cmake-example), compile every C and C++ example of the
+# user documents (README, guide, crate READMEs; linked too when it has a main), and run
 # them as real processes over TCP and shared memory; link once statically too. Also checks what
 # the shared library promises: a soname, no rpath, UCX only as libucp.so.0 (whichever the host
 # loads; nothing of UCX bundled), and every function of the header exported. Ends with the data-path benchmark (capi/c/bench.c) as a smoke run; the full
@@ -47,13 +49,41 @@ cc -std=c11 -O2 -Wall -Wextra -Werror capi/c/bench.c -o "$work/c-bench" \
   $(pkg-config --cflags --libs tagspace ucx)
 cc -std=c11 -O2 -Wall -Wextra -Werror -pthread capi/c/threads.c -o "$work/c-threads" \
   $(pkg-config --cflags --libs tagspace ucx)
-c++ -std=c++17 -O2 -Wall -Wextra -Werror -pedantic capi/c/host.cpp -o "$work/cpp-host" \
-  $(pkg-config --cflags --libs tagspace ucx)
 # Static: libtagspace.a and what it needs (Libs.private), UCX still the system's shared one.
 cc -std=c11 -O2 -Wall -Wextra -Werror capi/c/host.c -o "$work/c-host-static" \
   $(pkg-config --cflags tagspace) "$work/prefix/lib/libtagspace.a" \
   $(pkg-config --libs ucx) $(pkg-config --libs-only-l --static tagspace | sed 's/-ltagspace//')
 if ldd "$work/c-host-static" | grep -q libtagspace; then echo "static host loads libtagspace.so"; exit 1; fi
+
+echo "--- the C++ host and a static C host through CMake: find_package(tagspace CONFIG REQUIRED)"
+cmake -S capi/cmake-example -B "$work/cmake" -DCMAKE_PREFIX_PATH="$work/prefix" \
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="-Wall -Wextra -Werror -pedantic" >/dev/null
+cmake --build "$work/cmake" -- -s >/dev/null
+cp "$work/cmake/cpp-host" "$work/cpp-host"
+if ldd "$work/cmake/c-host-static" | grep -q libtagspace; then echo "CMake's static host loads libtagspace.so"; exit 1; fi
+# The version file: 0.x is semver's unstable range, so 0.1 must not satisfy a request for 0.2.
+mkdir -p "$work/cmake-too-new"
+printf 'cmake_minimum_required(VERSION 3.16)\nproject(p NONE)\nfind_package(tagspace 0.2 CONFIG REQUIRED)\n' \
+  >"$work/cmake-too-new/CMakeLists.txt"
+if cmake -S "$work/cmake-too-new" -B "$work/cmake-too-new/b" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null 2>&1; then
+  echo "find_package(tagspace 0.2) accepted version $(pkg-config --modversion tagspace)"; exit 1
+fi
+
+echo "--- the C and C++ examples of the user documents"
+cargo build -q --release -p tagspace-guide
+for lang in c cpp; do target/release/guide extract "$lang" "$work/doc-$lang"; done
+for f in "$work"/doc-c/*/*.c "$work"/doc-cpp/*/*.cpp; do
+  [ -e "$f" ] || continue
+  case $f in
+    *.c) compile=(cc -std=c11) ;;
+    *) compile=(c++ -std=c++17) ;;
+  esac
+  if grep -Eq '\bmain[[:space:]]*\(' "$f"; then out=("-o" "${f%.*}") link=($(pkg-config --libs tagspace ucx))
+  else out=("-c" "-o" /dev/null) link=(); fi
+  "${compile[@]}" -Wall -Wextra -Werror $(pkg-config --cflags tagspace ucx) "$f" "${out[@]}" "${link[@]}" \
+    || { echo "example $(basename "$f") does not build (its name gives its page and line)"; exit 1; }
+  echo "built $(basename "$f")${link:+ (linked)}"
+done
 
 echo "--- run them"
 export LD_LIBRARY_PATH="$work/prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

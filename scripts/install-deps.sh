@@ -10,6 +10,8 @@ need=()
 command -v c++ >/dev/null || need+=(g++)
 command -v make >/dev/null || need+=(make)
 command -v pkg-config >/dev/null || need+=(pkg-config)
+# cmake: scripts/capi-check.sh builds the C++ example through find_package(tagspace).
+command -v cmake >/dev/null || need+=(cmake)
 for tool in autoconf automake libtoolize; do
   command -v "$tool" >/dev/null || need+=("${tool/libtoolize/libtool}")
 done
