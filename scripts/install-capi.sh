@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 prefix=$(realpath -m "$1")
 cargo build --release -p tagspace-capi
 target=${CARGO_TARGET_DIR:-target}/release
-version=$(sed -n 's/^version = "\(.*\)"/\1/p' capi/Cargo.toml | head -n 1)
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)  # [workspace.package]
 # What a static link needs besides libtagspace.a (rustc's --print native-static-libs on Linux).
 static_libs="-lgcc_s -lutil -lrt -lpthread -lm -ldl -lc"
 install -d "$prefix/lib/pkgconfig" "$prefix/include" "$prefix/lib/cmake/tagspace"
