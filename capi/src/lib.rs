@@ -1,35 +1,4 @@
-//! The C ABI of tagspace: `libtagspace.so` / `libtagspace.a` and `include/tagspace.h` (generated
-//! by cbindgen from this file; `tests/header.rs` fails when the committed header is stale).
-//!
-//! Two halves:
-//! - **Transport-free** (this file): registries (the process-global one or a private one with
-//!   its own layout), namespace registration and release (dynamic, well-known and static ids),
-//!   tags and matchers (UCX tag + mask, libfabric tag + ignore), Active-Message ids, decoding a
-//!   tag, checking which namespaces a foreign library's tag pattern can reach, and a registry's
-//!   counters. Two processes agree on ids here only through well-known names or static
-//!   registration (`tagspace_register_at`).
-//! - **Host mode** (`node.rs`, `tagspace_node_*`): a tagspace node on the host's own worker and
-//!   endpoints — adopt, attach, detach, peer_failed, shutdown, free — with the control-plane
-//!   handshake, so dynamic names work across processes; `tagspace_node_route` gives the host's
-//!   endpoint and the tag for (library, peer, payload), which the host passes to its own
-//!   `ucp_tag_send_nbx` (its data path stays raw UCX); `tagspace_node_matcher` for receives; a
-//!   peer-event poll and counters.
-//!
-//! The library needs `libucp.so.0` (linked without an rpath, so a host's UCX is the one used;
-//! nothing of UCX is bundled).
-//!
-//! # Conventions
-//! - Every call that can fail returns a `tagspace_status_t` (`TAGSPACE_OK` = 0, or a
-//!   `TAGSPACE_ERR_*` code); `tagspace_strerror` names the code and `tagspace_last_error` gives
-//!   the full message of the last failed call on the calling thread (with the offending values).
-//!   Out-parameters are written only on success, except handles, which are set to `NULL` on
-//!   failure.
-//! - Panics never cross the boundary: one is caught and reported as `TAGSPACE_ERR_INTERNAL`.
-//! - Options and info structs start with `struct_size` (set it to `sizeof` the struct): fields
-//!   are only ever appended, so a program built against an older header keeps working.
-//! - Thread safety: registries and namespaces may be used from any number of threads at once
-//!   (the registry is lock-free); only `tagspace_release` / `tagspace_registry_free` must not race
-//!   with other calls on the same handle.
+#![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 // The C names are the ABI; they follow C conventions, not Rust's.
 #![allow(non_camel_case_types)]

@@ -1,26 +1,4 @@
-//! `tagspace`: a command-line tool for people debugging tag collisions.
-//!
-//! ```text
-//! tagspace decode <TAG>... [--layout SPEC]   which namespace a raw tag is in, and its fields
-//! tagspace layout [--layout SPEC]            the bit map of a layout
-//! tagspace layout --against <PATTERN>... [--width W] [--field NAME:WIDTH]...
-//!                                            a layout no pattern can reach (F1), with proofs
-//! tagspace foreign                           the table of foreign libraries' patterns
-//! tagspace well-known                        the table of well-known namespace ids
-//! tagspace check <PATTERN>... [--layout SPEC]
-//!                                            which namespaces a foreign library's tags can hit
-//! ```
-//!
-//! Numbers are decimal, `0x` hex or `0b` binary (`_` allowed). A layout SPEC is `default` or
-//! `ns=SHIFT:WIDTH[,pair=SHIFT:WIDTH][,NAME=SHIFT:WIDTH...][,guard=VALUE/MASK]` (the namespace
-//! field, the pair field, named payload fields, and guard bits every tagspace tag fixes). A PATTERN is `TAG/MASK` (UCX: mask bits set
-//! must match), `TAG~IGNORE` (libfabric: ignore bits set are free), a row of the foreign table
-//! (`rapidsmpf`, `blazingsql`, ...: `tagspace foreign` lists them), `any` (any 64-bit tag) or
-//! `top32-zero` (the top 32 bits zero).
-//!
-//! Exit status: 0 on success (for `check`: no pattern can reach a namespace tagspace manages),
-//! 1 when `check` finds a pattern that can or `layout --against` finds none that avoids them
-//! all, 2 on bad input (with a message naming what was wrong).
+#![doc = include_str!("../README.md")]
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
