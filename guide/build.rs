@@ -26,15 +26,26 @@ fn main() {
         }
     }
     let mut out = String::new();
-    for (n, page) in pages.iter().enumerate() {
+    for page in &pages {
         let path = root.join(page);
         println!("cargo:rerun-if-changed={}", path.display());
         if !path.is_file() {
             continue; // the checker reports a SUMMARY entry that names no file
         }
+        // Named after the page, so a failing doctest names it (`docs_guides_python_md`).
+        let name: String = page
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '_'
+                }
+            })
+            .collect();
         writeln!(
             out,
-            "#[doc = include_str!({:?})]\n#[doc(hidden)]\npub mod page_{n} {{}}",
+            "#[doc = include_str!({:?})]\n#[doc(hidden)]\npub mod {name} {{}}",
             path.canonicalize().unwrap().display().to_string()
         )
         .unwrap();

@@ -531,30 +531,43 @@ fn render(
             _ => dest.to_string(),
         }
     };
-    let events = Parser::new_ext(text, options()).map(|event| match event {
+    // A rustdoc intra-doc link (`crate::node`) means nothing outside rustdoc: its text stays,
+    // the link goes (the stack pairs each link's end with its start).
+    let mut kept_links: Vec<bool> = Vec::new();
+    let events = Parser::new_ext(text, options()).filter_map(|event| match event {
         Event::Start(Tag::Heading {
             level,
             classes,
             attrs,
             ..
-        }) => Event::Start(Tag::Heading {
+        }) => Some(Event::Start(Tag::Heading {
             level,
             id: ids.next().map(CowStr::from),
             classes,
             attrs,
-        }),
+        })),
         Event::Start(Tag::Link {
             link_type,
             dest_url,
             title,
             id,
-        }) => Event::Start(Tag::Link {
-            link_type,
-            dest_url: rewrite(dest_url).into(),
-            title,
-            id,
-        }),
-        other => other,
+        }) => {
+            let keep = !is_intra_doc(&dest_url);
+            kept_links.push(keep);
+            keep.then(|| {
+                Event::Start(Tag::Link {
+                    link_type,
+                    dest_url: rewrite(dest_url).into(),
+                    title,
+                    id,
+                })
+            })
+        }
+        Event::End(TagEnd::Link) => kept_links
+            .pop()
+            .unwrap_or(true)
+            .then_some(Event::End(TagEnd::Link)),
+        other => Some(other),
     });
     let mut html = String::new();
     pulldown_cmark::html::push_html(&mut html, events);
@@ -664,6 +677,62 @@ fn rebase(html: &str, from_dir: &Path, to_dir: &Path) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// The values of every `attr="..."` in `html`.
+fn attribute_values<'a>(html: &'a str, attr: &str) -> Vec<&'a str> {
+    let key = format!(" {attr}=\"");
+    html.match_indices(&key)
+        .filter_map(|(i, _)| {
+            let rest = &html[i + key.len()..];
+            rest.find('"').map(|end| &rest[..end])
+        })
+        .collect()
+}
+
+/// Checks what [`build`] wrote under `out`: every relative `href` of every HTML file names a
+/// file that exists (in the output, or back in the repository), and every `#anchor` into an
+/// HTML file an `id` in it. Returns the broken links, as `file: href`.
+pub fn check_built(out: &Path) -> Result<Vec<String>, String> {
+    let mut html_files = Vec::new();
+    let mut stack = vec![out.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))? {
+            let path = e.map_err(|e| e.to_string())?.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|x| x == "html") {
+                html_files.push(path);
+            }
+        }
+    }
+    let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()));
+    let mut broken = Vec::new();
+    for file in &html_files {
+        let html = read(file)?;
+        let dir = file.parent().unwrap_or(out);
+        for href in attribute_values(&html, "href") {
+            if href.contains("://") || href.starts_with("mailto:") {
+                continue;
+            }
+            let (path, anchor) = href.split_once('#').unwrap_or((href, ""));
+            let target = if path.is_empty() {
+                file.clone()
+            } else {
+                dir.join(path)
+            };
+            let ok = target.exists()
+                && (anchor.is_empty()
+                    || target.extension().is_none_or(|x| x != "html")
+                    || attribute_values(&read(&target)?, "id").contains(&anchor));
+            if !ok {
+                let rel = file.strip_prefix(out).unwrap_or(file);
+                broken.push(format!("{}: {href}", rel.display()));
+            }
+        }
+    }
+    broken.sort();
+    Ok(broken)
 }
 
 /// What [`extract`] writes for one language.
@@ -881,7 +950,10 @@ mod tests {
                 "# T\n[guide](docs/a.md#b-c) [code](src/x.rs)\n",
             ),
             ("docs/SUMMARY.md", "# Summary\n- [A](a.md)\n"),
-            ("docs/a.md", "# A\n## B c\n[home](../README.md)\n"),
+            (
+                "docs/a.md",
+                "# A\n## B c\n[home](../README.md) [`x`](crate::x)\n",
+            ),
             ("src/x.rs", ""),
         ]);
         let out = root.join("out");
@@ -893,6 +965,10 @@ mod tests {
         let a = std::fs::read_to_string(out.join("docs/a.html")).unwrap();
         assert!(a.contains("<h2 id=\"b-c\">"), "{a}");
         assert!(a.contains("href=\"../index.html\""), "{a}");
+        assert!(
+            a.contains("<code>x</code>") && !a.contains("crate::x"),
+            "{a}"
+        );
         // The navigation, rendered for docs/, is re-based for the README at the root.
         assert!(
             index.contains("<nav>") && index.contains("href=\"docs/a.html\""),

@@ -2,14 +2,15 @@
 //!
 //! ```text
 //! guide check                 links, anchors, code-block languages, tracker references
-//! guide build OUT             the guide as HTML under OUT (index.html is the README)
+//! guide build OUT             the guide as HTML under OUT (index.html is the README), and
+//!                             a check that every link in that HTML resolves
 //! guide extract LANG OUT      the LANG (python, c, cpp) examples as files under OUT/run and
 //!                             OUT/compile (no_run blocks), one per block
 //! ```
 //! Run from anywhere in the repository; paths are the repository's.
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use tagspace_guide::{build, check, extract, user_documents};
+use tagspace_guide::{build, check, check_built, extract, user_documents};
 
 fn main() -> ExitCode {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -33,16 +34,28 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         }
-        ["build", out] => match build(&root, Path::new(out)) {
-            Ok(written) => {
-                println!("{} pages written under {out}", written.len());
-                ExitCode::SUCCESS
+        ["build", out] => {
+            match build(&root, Path::new(out)).and_then(|w| Ok((w, check_built(Path::new(out))?))) {
+                Ok((written, broken)) if broken.is_empty() => {
+                    println!(
+                        "{} pages written under {out}; every link in them resolves",
+                        written.len()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Ok((_, broken)) => {
+                    for b in &broken {
+                        eprintln!("{b}");
+                    }
+                    eprintln!("guide build: {} broken links in the HTML", broken.len());
+                    ExitCode::FAILURE
+                }
+                Err(e) => {
+                    eprintln!("guide build: {e}");
+                    ExitCode::FAILURE
+                }
             }
-            Err(e) => {
-                eprintln!("guide build: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        }
         ["extract", lang, out] => match extract(&root, &files, lang, &PathBuf::from(out)) {
             Ok(done) => {
                 println!(
