@@ -234,7 +234,7 @@ fn concurrent_imports_and_releases() {
                         seed ^= seed << 13;
                         seed ^= seed >> 7;
                         seed ^= seed << 17;
-                        if seed % 3 == 0 && !held.is_empty() {
+                        if seed.is_multiple_of(3) && !held.is_empty() {
                             held.swap_remove((seed as usize / 3) % held.len());
                         } else {
                             let d = &descs[(seed % 4) as usize];

@@ -891,7 +891,7 @@ impl Worker {
             unsafe { sys::ucp_worker_progress(self.raw()) };
             spins = spins.wrapping_add(1);
             if !cancelled
-                && spins % 1024 == 0
+                && spins.is_multiple_of(1024)
                 && deadline.is_some_and(|d| std::time::Instant::now() >= d)
             {
                 // SAFETY: both live; an unmatched receive then completes with CANCELED.

@@ -401,7 +401,7 @@ mod tests {
             (self % 2 == 1).then_some(u64::from(*self))
         }
         fn request(&self) -> Option<u64> {
-            (self % 2 == 0).then_some(u64::from(*self))
+            self.is_multiple_of(2).then_some(u64::from(*self))
         }
     }
 
