@@ -18,12 +18,12 @@ trap 'rm -rf "$work"' EXIT
 "$venv/bin/python" -m pip install -q --upgrade pip "maturin>=1.7,<2"
 
 echo "--- the wheel"
-# It shares this workspace's target directory, so UCX is not built again when cargo has built
-# it already. `warn`: maturin still refuses symbols newer than the manylinux tag's glibc, but
-# leaves libucp.so.0 to the libucx-cu12 dependency instead of copying UCX into the wheel.
+# The documented command, nothing added: pyproject.toml sets the tag (manylinux_2_34) and
+# `auditwheel = "warn"` (maturin still refuses symbols newer than the tag's glibc, but leaves
+# libucp.so.0 to the libucx-cu12 dependency instead of copying UCX into the wheel). It shares
+# this workspace's target directory, so UCX is not built again when cargo has built it already.
 rm -rf target/wheels
-if ! "$venv/bin/maturin" build --release -m python/Cargo.toml --out target/wheels \
-  --compatibility manylinux_2_34 --auditwheel warn >"$work/maturin.log" 2>&1; then
+if ! "$venv/bin/maturin" build --release -m python/Cargo.toml --out target/wheels >"$work/maturin.log" 2>&1; then
   cat "$work/maturin.log"; echo "maturin build failed"; exit 1
 fi
 wheel=$(realpath target/wheels/tagspace-*-cp310-abi3-manylinux_2_34_x86_64.whl)
