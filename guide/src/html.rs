@@ -151,6 +151,19 @@ pub fn build(root: &Path, out: &Path) -> Result<Vec<PathBuf>, String> {
             Path::new("docs"),
             file.parent().unwrap_or(Path::new("")),
         );
+        // The summary's own title gives way to a link home (the README).
+        let nav = nav.replacen(
+            "<h1 id=\"summary\">Summary</h1>",
+            &format!(
+                "<p><a href=\"{}\"><b>tagspace</b></a></p>",
+                relative(
+                    file.parent().unwrap_or(Path::new("")),
+                    Path::new("index.html")
+                )
+                .display()
+            ),
+            1,
+        );
         let body = render(file, &text, &book, &out, &root);
         let dest = if file == Path::new("README.md") {
             PathBuf::from("index.html")
