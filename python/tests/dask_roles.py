@@ -365,34 +365,60 @@ async def rejoin_start(ws, dask_worker=None) -> dict:
         await lib.atoken(peer)
     got, _ = await asyncio.gather(lib.arecv(1, 8, peer, timeout=30), lib.asend(peer, 1, b"r1"))
     assert got == b"r1", got
+    S["rejoin_old"] = (await lib.aendpoint(peer), await lib.atoken(peer))
     return {"pid": os.getpid()}
 
 
 async def rejoin_wait(ws, timeout: float, dask_worker=None) -> dict:
-    """After the stop: the peer's "down" then "up" events with no call of this library's in
-    between (the plugin reconnects by itself), then a round exactly once on the new
-    connection, and the endpoint ucxx's own calls would use is the live one."""
+    """After the stop: the peer back with no call of this library's in between (the plugin
+    reconnects by itself), then a round exactly once on the new connection, and the endpoint
+    ucxx's own calls would use is the live one. What this worker saw comes back whatever
+    happens (events, whether it got there, the node's counters), so that a failure on either
+    side shows both.
+
+    Back means the peer's "down" then "up" events — or, on the stopped worker, possibly no
+    event at all: its heartbeat clock does not count the time it was stopped (a process's own
+    pause is not held against its peers), so it need not time its peer out, and the running
+    worker's new connection can replace the old one before the old one's end reaches it. Then
+    the peer is simply served by a new connection (the old endpoint serves it no more)."""
     me = dask_worker.address
     peer = [w for w in ws if w != me][0]
     lib = tsd.register("rejoin")
+    node = tsd.node()
+    old_ep, token = S["rejoin_old"]
+
+    def old_connection_ended() -> bool:
+        try:
+            return node.peer_on(old_ep) != token
+        except ValueError:  # ucxx closed it: it serves nobody
+            return True
+
     events = []
     deadline = time.monotonic() + timeout
-    while not (events and events[-1] == "up" and "down" in events):
+    while True:
+        # Every queued event first: a state seen below was queued as events before it.
+        while (ev := lib.peer_event()) is not None:
+            if ev[1] == peer:
+                events.append(ev[0])
+        if events[-2:] == ["down", "up"]:
+            break
+        if not events and old_connection_ended() and token in node.peers():
+            break
         if time.monotonic() > deadline:
-            return {"events": events, "rejoined": False}
-        ev = lib.peer_event()
-        if ev is None:
-            await asyncio.sleep(0.01)
-        elif ev[1] == peer:
-            events.append(ev[0])
-    got, _ = await asyncio.gather(lib.arecv(2, 8, peer, timeout=30), lib.asend(peer, 2, b"r2"))
+            return {"events": events, "rejoined": False, "stats": node.stats()}
+        await asyncio.sleep(0.01)
+    try:
+        got, _ = await asyncio.gather(lib.arecv(2, 8, peer, timeout=30),
+                                      lib.asend(peer, 2, b"r2"))
+    except Exception as e:
+        return {"events": events, "rejoined": True, "round2": f"{type(e).__name__}: {e}",
+                "stats": node.stats()}
     again = lib.raw.recv(2, 8, await lib.atoken(peer))
     await asyncio.sleep(0.5)
     finished, _ = lib.raw.take(again)
     if not finished:
         lib.raw.cancel(again)
     ep = await lib.aendpoint(peer)
-    node = tsd.node()
     return {"events": events, "rejoined": True, "round2": got == b"r2",
             "again": finished, "live_ep": node.peer_on(ep) == await lib.atoken(peer),
             "stats": node.stats()}

@@ -184,9 +184,12 @@ def test_a_worker_stopped_past_the_heartbeat_rejoins_by_itself():
         res = client.run(roles.rejoin_wait, ws, 60.0)
         for w in ws:
             r = res[w]
-            assert r["rejoined"], (w, r)
-            assert r["events"][-2:] == ["down", "up"], (w, r)
-            assert r["round2"] and not r["again"], (w, r)
+            assert r["rejoined"], (w, res)
+            # The running worker saw the stopped one go down and come back; the stopped one
+            # may have seen nothing (see rejoin_wait).
+            if w != stopped or r["events"]:
+                assert r["events"][-2:] == ["down", "up"], (w, res)
+            assert r["round2"] is True and not r["again"], (w, res)
             assert r["live_ep"], (w, r)
         assert res[ws[0]]["stats"]["reconnects"] == 1, res[ws[0]]
         assert res[ws[0]]["stats"]["heartbeat_timeouts"] >= 1, res[ws[0]]
