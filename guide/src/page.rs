@@ -48,7 +48,7 @@ pub struct Page {
     /// Anchors a link can name: heading slugs (GitHub's rule, repeats numbered) and raw HTML
     /// `id`/`name` attributes.
     pub anchors: BTreeSet<String>,
-    /// Each heading's slug, in order (what [`build`] gives the HTML headings as ids).
+    /// Each heading's slug, in order (what [`build`](crate::build) gives the HTML headings as ids).
     pub heading_ids: Vec<String>,
     /// Every link and image.
     pub links: Vec<Link>,
