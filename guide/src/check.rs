@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
 
 /// `path` with `.` and `..` folded, or `None` if it climbs above its start.
-pub(crate) fn normalize(path: &Path) -> Option<PathBuf> {
+fn normalize(path: &Path) -> Option<PathBuf> {
     let mut out = PathBuf::new();
     for c in path.components() {
         match c {

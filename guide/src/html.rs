@@ -1,5 +1,5 @@
 //! The HTML build of the guide, and the check of what it wrote.
-use crate::check::{is_intra_doc, normalize, summary_pages, target};
+use crate::check::{is_intra_doc, summary_pages, target};
 use crate::options;
 use crate::page::parse;
 use pulldown_cmark::{CowStr, Event, HeadingLevel, Parser, Tag, TagEnd};
@@ -28,18 +28,19 @@ fn html_escape(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// Renders one page's Markdown to an HTML body: headings get their anchors as ids; links to
+/// Renders `file`'s Markdown to HTML for a page written in `out_dir` (relative to the output
+/// root, as `file` is to the repository): headings get their anchors as ids; links to
 /// pages of the book point at their HTML, links to other files of the repository at the file.
 fn render(
     file: &Path,
     text: &str,
+    out_dir: &Path,
     book: &BTreeSet<PathBuf>,
     out_root: &Path,
     repo_root: &Path,
 ) -> String {
     let page = parse(text);
     let mut ids = page.heading_ids.into_iter();
-    let out_dir = file.parent().unwrap_or(Path::new("")).to_path_buf();
     let rewrite = |dest: CowStr<'_>| -> String {
         match target(file, &dest) {
             Some(Ok((t, anchor))) => {
@@ -50,10 +51,10 @@ fn render(
                     } else {
                         t.with_extension("html")
                     };
-                    format!("{}{anchor}", relative(&out_dir, &html).display())
+                    format!("{}{anchor}", relative(out_dir, &html).display())
                 } else {
                     // A repository file outside the book: from the output page back to it.
-                    let abs_out = out_root.join(&out_dir);
+                    let abs_out = out_root.join(out_dir);
                     let abs_t = repo_root.join(&t);
                     format!("{}{anchor}", relative(&abs_out, &abs_t).display())
                 }
@@ -144,27 +145,26 @@ pub fn build(root: &Path, out: &Path) -> Result<Vec<PathBuf>, String> {
     let mut written = Vec::new();
     for file in book.iter() {
         let text = read(file)?;
-        let nav = render(Path::new("docs/SUMMARY.md"), &summary, &book, &out, &root);
-        // The navigation was rendered for docs/; a page elsewhere needs its links re-based.
-        let nav = rebase(
-            &nav,
-            Path::new("docs"),
-            file.parent().unwrap_or(Path::new("")),
+        let dir = file.parent().unwrap_or(Path::new(""));
+        // The summary as navigation, its links made relative to where this page is written.
+        let nav = render(
+            Path::new("docs/SUMMARY.md"),
+            &summary,
+            dir,
+            &book,
+            &out,
+            &root,
         );
         // The summary's own title gives way to a link home (the README).
         let nav = nav.replacen(
             "<h1 id=\"summary\">Summary</h1>",
             &format!(
                 "<p><a href=\"{}\"><b>tagspace</b></a></p>",
-                relative(
-                    file.parent().unwrap_or(Path::new("")),
-                    Path::new("index.html")
-                )
-                .display()
+                relative(dir, Path::new("index.html")).display()
             ),
             1,
         );
-        let body = render(file, &text, &book, &out, &root);
+        let body = render(file, &text, dir, &book, &out, &root);
         let dest = if file == Path::new("README.md") {
             PathBuf::from("index.html")
         } else {
@@ -188,38 +188,6 @@ pub fn build(root: &Path, out: &Path) -> Result<Vec<PathBuf>, String> {
         written.push(dest);
     }
     Ok(written)
-}
-
-/// Re-bases the relative `href`s of HTML rendered for a page in `from_dir` to a page in
-/// `to_dir` (`index.html` stands for the README at the root).
-fn rebase(html: &str, from_dir: &Path, to_dir: &Path) -> String {
-    let mut out = String::new();
-    let mut rest = html;
-    while let Some(i) = rest.find("href=\"") {
-        out.push_str(&rest[..i + 6]);
-        rest = &rest[i + 6..];
-        let end = rest.find('"').unwrap_or(rest.len());
-        let href = &rest[..end];
-        if href.contains("://") || href.starts_with('#') {
-            out.push_str(href);
-        } else {
-            let (path, anchor) = href.split_once('#').map_or((href, ""), |(p, a)| (p, a));
-            let abs = normalize(&from_dir.join(path)).unwrap_or_else(|| PathBuf::from(path));
-            let abs = if abs == Path::new("README.html") {
-                PathBuf::from("index.html")
-            } else {
-                abs
-            };
-            out.push_str(&relative(to_dir, &abs).display().to_string());
-            if !anchor.is_empty() {
-                out.push('#');
-                out.push_str(anchor);
-            }
-        }
-        rest = &rest[end..];
-    }
-    out.push_str(rest);
-    out
 }
 
 /// The values of every `attr="..."` in `html`.

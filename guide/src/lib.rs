@@ -226,7 +226,7 @@ mod tests {
             a.contains("<code>x</code>") && !a.contains("crate::x"),
             "{a}"
         );
-        // The navigation, rendered for docs/, is re-based for the README at the root.
+        // The navigation's links are relative to the page it is in: the README at the root.
         assert!(
             index.contains("<nav>") && index.contains("href=\"docs/a.html\""),
             "{index}"
