@@ -169,28 +169,27 @@ pub fn check(root: &Path, files: &[PathBuf]) -> Vec<Problem> {
                 );
             }
         }
-        let mut broken = Vec::new();
         for link in &page.links {
             match target(file, &link.dest) {
                 None => {}
-                Some(Err(what)) => broken.push((link.line, what)),
+                Some(Err(what)) => report(link.line, what),
                 Some(Ok((target_file, anchor))) => {
                     if !root.join(&target_file).exists() {
-                        broken.push((
+                        report(
                             link.line,
                             format!("`{}`: no such file {}", link.dest, target_file.display()),
-                        ));
+                        );
                         continue;
                     }
                     let Some(anchor) = anchor else { continue };
                     if target_file.extension().is_none_or(|x| x != "md") {
-                        broken.push((
+                        report(
                             link.line,
                             format!(
                                 "`{}`: an anchor into a file that is not Markdown",
                                 link.dest
                             ),
-                        ));
+                        );
                         continue;
                     }
                     let anchors = if &target_file == file {
@@ -202,24 +201,17 @@ pub fn check(root: &Path, files: &[PathBuf]) -> Vec<Problem> {
                         }
                     };
                     if !anchors.contains(&anchor) {
-                        broken.push((
+                        report(
                             link.line,
                             format!(
                                 "`{}`: {} has no heading with the anchor `#{anchor}`",
                                 link.dest,
                                 target_file.display()
                             ),
-                        ));
+                        );
                     }
                 }
             }
-        }
-        for (line, what) in broken {
-            problems.push(Problem {
-                file: file.clone(),
-                line,
-                what,
-            });
         }
     }
     match summary_pages(root) {
