@@ -426,6 +426,15 @@ impl Fabric {
             .is_some_and(|x| !x.completed.is_empty())
     }
 
+    /// Whether worker `w` has anything its owner has not looked at yet: an event, an Active
+    /// Message, or a finished operation (a simulation is quiet when no worker has, and nothing
+    /// is held in flight).
+    pub fn has_work(&self, w: WorkerId) -> bool {
+        self.workers.get(w.0).is_some_and(|x| {
+            !x.completed.is_empty() || !x.events.is_empty() || !x.am_queue.is_empty()
+        })
+    }
+
     /// The sends and receives of worker `w` finished since the last call, oldest first.
     pub fn completed(&mut self, w: WorkerId) -> Option<Completed> {
         self.worker(w).ok()?.completed.pop_front()

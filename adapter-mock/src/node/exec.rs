@@ -189,9 +189,16 @@ impl Node {
                 Out::Frame(n) => {
                     if fab.am_send(ep, self.control_am, &self.buf[..n]).is_err() {
                         out.end_frames();
+                    } else {
+                        self.sent.frames += 1;
+                        self.sent.bytes += n as u64;
                     }
                 }
-                Out::AckTag(tag) => drop(fab.tag_send(ep, tag, &[])),
+                Out::AckTag(tag) => {
+                    if fab.tag_send(ep, tag, &[]).is_ok() {
+                        self.sent.ack_tags += 1;
+                    }
+                }
             }
         }
     }

@@ -99,6 +99,21 @@ pub struct Node {
     reconnects: VecDeque<(u64, WorkerId)>,
     /// How many times the engine found this node deaf ([`engine::Action::Deaf`]).
     deaf: u64,
+    /// The control plane's traffic sent so far.
+    sent: ControlSent,
+}
+
+/// What a node has sent of the control plane ([`Node::control_sent`]): frames as Active
+/// Messages on the control id, and the tag halves of withdrawal acknowledgements (R7, empty
+/// messages). Bytes are the frames' own; a transport adds its headers (UCX: its AM header).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ControlSent {
+    /// Control frames sent.
+    pub frames: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Withdrawal acknowledgements' tag messages sent (no payload).
+    pub ack_tags: u64,
 }
 
 impl Node {
@@ -158,6 +173,7 @@ impl Node {
             backlog: engine::Backlog::new(),
             reconnects: VecDeque::new(),
             deaf: 0,
+            sent: ControlSent::default(),
         }
         .redialling()
     }
@@ -231,6 +247,17 @@ impl Node {
     /// Connections this node cut off because the peer went over its [`PeerLimits`].
     pub fn flood_closes(&self) -> u64 {
         self.flood_closes
+    }
+
+    /// The control plane's traffic this node has sent so far.
+    pub fn control_sent(&self) -> ControlSent {
+        self.sent
+    }
+
+    /// How many bytes this node's connection tables hold (the core engine's
+    /// [`Footprint`](engine::Footprint)).
+    pub fn footprint(&self) -> engine::Footprint {
+        self.engine.conns().footprint()
     }
 
     /// This process's token.

@@ -1368,7 +1368,84 @@ pub fn after_peer_close(reason: CloseReason) -> AfterClose {
     }
 }
 
+/// How many bytes a node's connection tables hold ([`Connections::footprint`]): inline and on
+/// the heap, from the tables' capacities (what the allocator was asked for, not what it
+/// rounded up to). For sizing a node: one connection costs about
+/// [`per_connection`](Self::per_connection), and the tables of peers gone are bounded by
+/// [`GONE_PEERS_MAX`] and [`REFUSED_MAX`] whatever the number of peers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Footprint {
+    /// Connections held (open, handshaking, superseded and lingering, ended and not yet
+    /// forgotten).
+    pub connections: usize,
+    /// Their sessions (handshake state, withdrawal acknowledgements, the peer's directory).
+    pub sessions: usize,
+    /// Of `sessions`: the peers' directories (name → id), one per session.
+    pub directories: usize,
+    /// The connection table itself (one entry per connection, spare capacity included).
+    pub table: usize,
+    /// The route cache: each connection's route per library.
+    pub route_cache: usize,
+    /// The peer index (peer → serving connection) and the handle index.
+    pub peer_index: usize,
+    /// The pair values given to peers (by peer and by value), and their gaps.
+    pub pairs: usize,
+    /// What is remembered of peers gone, refused, told `Up`, and where they listened.
+    pub gone_peers: usize,
+}
+
+impl Footprint {
+    /// Every table together.
+    pub fn total(&self) -> usize {
+        self.sessions
+            + self.table
+            + self.route_cache
+            + self.peer_index
+            + self.pairs
+            + self.gone_peers
+    }
+
+    /// The tables that grow with connections (sessions, table, route cache, peer index and
+    /// pair values), per connection held; 0 with none.
+    pub fn per_connection(&self) -> usize {
+        let grows = self.sessions + self.table + self.route_cache + self.peer_index + self.pairs;
+        grows.checked_div(self.connections).unwrap_or(0)
+    }
+}
+
+/// Bytes a `VecDeque` or `Vec` of `cap` elements of `T` asked the allocator for.
+fn heap_of<T>(cap: usize) -> usize {
+    cap * core::mem::size_of::<T>()
+}
+
 impl<K, X, E, const CAP: usize> Connections<K, X, E, CAP> {
+    /// How many bytes the tables hold now (see [`Footprint`]).
+    pub fn footprint(&self) -> Footprint {
+        let session = core::mem::size_of::<Session<CAP>>();
+        let routes: usize = (self.conns.iter())
+            .map(|c| heap_of::<Option<(Route, u64)>>(c.routes.capacity()))
+            .sum();
+        let p = &self.pairs;
+        let gaps = p
+            .gaps
+            .as_ref()
+            .map_or(0, |g| heap_of::<(u32, u32)>(g.capacity()));
+        Footprint {
+            connections: self.conns.len(),
+            sessions: self.conns.len() * session,
+            directories: self.conns.len() * core::mem::size_of::<crate::session::Directory<CAP>>(),
+            table: heap_of::<Connection<K, X, E, CAP>>(self.conns.capacity()),
+            route_cache: routes,
+            peer_index: self.serving.allocation_size() + self.at.allocation_size(),
+            pairs: p.by_peer.allocation_size() + p.by_value.allocation_size() + gaps,
+            gone_peers: self.gone.allocation_size()
+                + heap_of::<u64>(self.gone_order.capacity())
+                + self.known.allocation_size()
+                + self.refused.allocation_size()
+                + self.up.allocation_size(),
+        }
+    }
+
     /// The node goes: every session's pins are given back (see [`super::Unpins::release_all`]).
     pub(crate) fn release_all(
         &mut self,

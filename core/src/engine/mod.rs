@@ -451,9 +451,9 @@ pub use backlog::{Backlog, BacklogLimit, Held, HoldPass, HoldQueue, HOLD_LOOKS_P
 mod conns;
 #[cfg(feature = "alloc")]
 pub use conns::{
-    after_peer_close, AfterClose, Blocked, Charge, ConnId, Connection, Connections, LinkState,
-    PeerLimits, RouteHit, RouteMiss, TokenHash, TokenHasher, GONE_PEERS_MAX, PROTOCOL_ERRORS_KEPT,
-    REFUSED_MAX, REFUSE_MS, SUPERSEDED_LINGER_MS,
+    after_peer_close, AfterClose, Blocked, Charge, ConnId, Connection, Connections, Footprint,
+    LinkState, PeerLimits, RouteHit, RouteMiss, TokenHash, TokenHasher, GONE_PEERS_MAX,
+    PROTOCOL_ERRORS_KEPT, REFUSED_MAX, REFUSE_MS, SUPERSEDED_LINGER_MS,
 };
 #[cfg(feature = "alloc")]
 use conns::{Control, PeerGone};
