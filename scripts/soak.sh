@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Runs the demo's variants (TCP and shared memory × plain, kill -9, stopped for good,
 # simultaneous connect, hostile peer; 4 to 8 processes) and the recovery job's (a process
-# stopped, then resumed: it must rejoin; a shared-memory receive queue stuck by a writer
-# caught mid-send: its process must replace its worker) RUNS times each and prints a pass
-# table. Exits non-zero if any run failed; the log of each failed run is kept under
-# target/soak/.
+# stopped, then resumed: it must rejoin; a process killed and started again as a new
+# identity: every peer must take it in; a shared-memory receive queue stuck by a writer caught
+# mid-send: its process must replace its worker) RUNS times each and prints a pass table.
+# Exits non-zero if any run failed; the log of each failed run is kept under target/soak/.
 #
 #   scripts/soak.sh [RUNS] [--hog] [--ucx bundled|system|wheel] [--only REGEX] [--messages M]
 #
@@ -42,6 +42,8 @@ variants=(
   "tcp-rejoin|faults --procs 4 --transport tcp --stop 2 --away 8"
   "shm-rejoin|faults --procs 4 --transport shm --stop 1 --away 8"
   "shm-stick|faults --procs 3 --transport shm --stick 1"
+  "tcp-restart|faults --procs 8 --transport tcp --restart 3"
+  "shm-restart|faults --procs 6 --transport shm --restart 2"
 )
 
 cargo build --release -q -p tagspace-ucx --bin tagspace-demo

@@ -879,43 +879,65 @@ pub(crate) fn spawn_children(
     via: Option<&str>,
     args: impl Fn(usize) -> (usize, Vec<String>),
 ) -> Result<(Vec<Child>, ChildLines), String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let (tx, rx) = mpsc::channel::<(usize, Option<String>)>();
-    let mut children: Vec<Child> = Vec::new();
-    for i in 0..procs {
-        let (host, args) = args(i);
-        let mut cmd = match via {
-            None => Command::new(&exe),
-            Some(via) => {
-                let mut c = Command::new("sh");
-                c.args(["-c", &format!("{via} \"$@\""), "-"])
-                    .arg(host.to_string())
-                    .arg(&exe);
-                c
-            }
-        };
-        let mut child = cmd
-            .args(&args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("spawning process {i}: {e}"))?;
-        let out = child.stdout.take().ok_or("no stdout")?;
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines() {
-                match line {
-                    Ok(l) => {
-                        let _ = tx.send((i, Some(l)));
-                    }
-                    Err(_) => break,
-                }
-            }
-            let _ = tx.send((i, None));
-        });
-        children.push(child);
-    }
+    let children = (0..procs)
+        .map(|i| {
+            let (host, args) = args(i);
+            spawn_child(i, via, host, &args, &tx)
+        })
+        .collect::<Result<Vec<Child>, String>>()?;
     Ok((children, rx))
+}
+
+/// Starts one copy of this executable as child `i` (see [`spawn_children`]); its stdout lines
+/// go to `tx` as `(i, line)`, then `(i, None)`.
+pub(crate) fn spawn_child(
+    i: usize,
+    via: Option<&str>,
+    host: usize,
+    args: &[String],
+    tx: &mpsc::Sender<(usize, Option<String>)>,
+) -> Result<Child, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut cmd = match via {
+        None => Command::new(&exe),
+        Some(via) => {
+            let mut c = Command::new("sh");
+            c.args(["-c", &format!("{via} \"$@\""), "-"])
+                .arg(host.to_string())
+                .arg(&exe);
+            c
+        }
+    };
+    let mut child = cmd
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("spawning process {i}: {e}"))?;
+    let out = child.stdout.take().ok_or("no stdout")?;
+    let tx = tx.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            match line {
+                Ok(l) => {
+                    let _ = tx.send((i, Some(l)));
+                }
+                Err(_) => break,
+            }
+        }
+        let _ = tx.send((i, None));
+    });
+    Ok(child)
+}
+
+/// This process's peak resident memory (`VmHWM`), in KiB; 0 where `/proc` does not say.
+pub(crate) fn peak_rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    (status.lines())
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// Waits for a child to exit; `Err` says how it did not exit cleanly.

@@ -1,8 +1,8 @@
 //! `tagspace-demo faults`: a fault that heals, and the processes recover by themselves.
 //!
 //! `tagspace-demo faults [--procs N] [--messages M] [--transport tcp|shm] [--away SECS]
-//! (--stop S | --hosts 2 --spawn-via CMD --cut-link CMD --heal-link CMD)` starts N processes
-//! that connect to each other and register one library, then:
+//! (--stop S | --restart K | --hosts 2 --spawn-via CMD --cut-link CMD --heal-link CMD)` starts
+//! N processes that connect to each other and register one library, then:
 //! 1. round 1: every process sends each other M messages (every fourth 64 KiB, rendezvous),
 //!    received with receives tied to the sender; all must arrive exactly once;
 //! 2. the fault: process S stopped (SIGSTOP), or the link between two emulated hosts cut
@@ -15,6 +15,13 @@
 //!    the peers they lost (the time from the heal is printed);
 //! 5. round 2 as round 1: exactly once; then nothing is left in any queue (nothing was
 //!    delivered twice, nothing retransmitted).
+//!
+//! `--restart K` is the fault a process does not come back from: after round 1 process K is
+//! killed (SIGKILL); every other process must see `PeerDown`, and its sends to K fail at once;
+//! then a new process starts in its place — a new identity at a new address, which dials
+//! every other process — and every pair must see `PeerUp`; round 2 runs among them all,
+//! exactly once. The parent prints how long the full mesh took to come up, and each
+//! process's peak resident memory.
 //!
 //! `--stick W` (shared memory, 3 or more processes) is the fault that needs a new worker:
 //! process W streams 8 000-byte messages to process V = W + 1 (mod N), and is stopped
@@ -42,12 +49,13 @@ use tagspace_ucx::node::{
 use tagspace_ucx::ucp::{ucx_version, Config};
 
 use super::demo::{
-    check, message, now_ns, spawn_children, stdin_lines, wait_child, ChildLines, LARGE, TIMEOUT,
+    check, message, now_ns, peak_rss_kib, spawn_child, stdin_lines, wait_child, ChildLines, LARGE,
+    TIMEOUT,
 };
 
 const USAGE: &str = "usage: tagspace-demo faults [--procs N] [--messages M] [--transport \
-tcp|shm] [--away SECS] (--stop S | --stick W [--keep-worker] | --hosts 2 --spawn-via CMD \
---cut-link CMD --heal-link CMD)";
+tcp|shm] [--away SECS] (--stop S | --restart K | --stick W [--keep-worker] | --hosts 2 \
+--spawn-via CMD --cut-link CMD --heal-link CMD)";
 
 /// The heartbeat here: a stopped process is cut off within this (short, so that the job is;
 /// long enough that a loaded 2-core machine's scheduling does not cut off a running one).
@@ -87,6 +95,11 @@ struct Opts {
     transport: String,
     away_s: u64,
     stop: Option<usize>,
+    /// Parent: kill -9 this process after round 1, then start a new one (a new identity) in
+    /// its place.
+    restart: Option<usize>,
+    /// Child: the new process `--restart` starts: it dials every other process.
+    join: bool,
     stick: Option<usize>,
     keep_worker: bool,
     hosts: usize,
@@ -105,6 +118,8 @@ impl Opts {
             transport: "tcp".into(),
             away_s: 8,
             stop: None,
+            restart: None,
+            join: false,
             stick: None,
             keep_worker: false,
             hosts: 1,
@@ -127,6 +142,8 @@ impl Opts {
                 "--messages" => o.messages = num(a, value(a)?)?,
                 "--away" => o.away_s = num(a, value(a)?)? as u64,
                 "--stop" => o.stop = Some(num(a, value(a)?)?),
+                "--restart" => o.restart = Some(num(a, value(a)?)?),
+                "--join" => o.join = true,
                 "--stick" => o.stick = Some(num(a, value(a)?)?),
                 "--keep-worker" => o.keep_worker = true,
                 "--hosts" => o.hosts = num(a, value(a)?)?,
@@ -155,8 +172,11 @@ impl Opts {
         }
         if o.peer_index.is_none() {
             let cut = o.cut_link.is_some() && o.heal_link.is_some() && o.spawn_via.is_some();
-            match (o.stop, o.stick, cut) {
-                (Some(s), None, false) if s < o.procs && o.hosts == 1 => {}
+            match (o.stop.or(o.restart), o.stick, cut) {
+                (Some(s), None, false)
+                    if s < o.procs
+                        && o.hosts == 1
+                        && !(o.stop.is_some() && o.restart.is_some()) => {}
                 (None, Some(w), false) if w < o.procs && o.hosts == 1 => {
                     if o.transport != "shm" || o.procs < 3 {
                         return Err("--stick needs --transport shm and 3 or more processes \
@@ -166,10 +186,13 @@ impl Opts {
                 }
                 (None, None, true) if o.hosts == 2 => {}
                 _ => {
-                    return Err("name one fault: --stop S (a process), --stick W (a writer \
-                                caught mid-send), or --hosts 2 with --spawn-via, --cut-link \
-                                and --heal-link"
-                        .into())
+                    return Err(
+                        "name one fault: --stop S (a process), --restart K (a process \
+                                killed and started again), --stick W (a writer caught \
+                                mid-send), or --hosts 2 with --spawn-via, --cut-link and \
+                                --heal-link"
+                            .into(),
+                    )
                 }
             }
         }
@@ -183,7 +206,7 @@ impl Opts {
     /// The pairs `(a, b)` the fault separates: `a` must see `b` go down and come back.
     fn separated(&self) -> Vec<(usize, usize)> {
         let all = (0..self.procs).flat_map(|a| (0..self.procs).map(move |b| (a, b)));
-        match self.stop {
+        match self.stop.or(self.restart) {
             Some(s) => all.filter(|&(a, b)| a != b && (a == s || b == s)).collect(),
             None => all
                 .filter(|&(a, b)| self.host_of(a) != self.host_of(b))
@@ -193,7 +216,7 @@ impl Opts {
 
     /// Whether process `i` runs during the fault (and, for `--stick`, after it).
     fn runs(&self, i: usize) -> bool {
-        self.stop != Some(i) && self.stick != Some(i)
+        self.stop != Some(i) && self.stick != Some(i) && self.restart != Some(i)
     }
 
     /// `--stick`: the process whose receive queue the writer sticks.
@@ -262,6 +285,9 @@ fn peer(o: &Opts) -> Result<(), String> {
     let mut peers: Vec<(SocketAddr, u64)> = Vec::new();
     let mut index: HashMap<u64, usize> = HashMap::new();
     let mut down: HashSet<usize> = HashSet::new();
+    // Peers up before the parent said who they are (a process started again, whose JOIN line
+    // this one has not read yet): token → when.
+    let mut unknown_up: HashMap<u64, u64> = HashMap::new();
     let mut round: Option<Round> = None;
     let mut probes: HashMap<OpId, usize> = HashMap::new();
     let mut probe_errors: Vec<String> = Vec::new();
@@ -320,13 +346,17 @@ fn peer(o: &Opts) -> Result<(), String> {
                     ("DOWN", peer)
                 }
             };
-            if let Some(&j) = index.get(&peer) {
-                if what == "UP" {
-                    down.remove(&j);
-                } else {
-                    down.insert(j);
+            match index.get(&peer) {
+                Some(&j) => {
+                    if what == "UP" {
+                        down.remove(&j);
+                    } else {
+                        down.insert(j);
+                    }
+                    println!("{what} {j} {}", now_ns());
                 }
-                println!("{what} {j} {}", now_ns());
+                None if what == "UP" => drop(unknown_up.insert(peer, now_ns())),
+                None => drop(unknown_up.remove(&peer)),
             }
         }
         if !peers.is_empty() && !ready && (0..peers.len()).all(|j| j == me || up(&node, &peers, j))
@@ -345,9 +375,30 @@ fn peer(o: &Opts) -> Result<(), String> {
                             index.insert(token, peers.len());
                             peers.push((a.parse().map_err(|_| "bad address")?, token));
                         }
-                        for (j, &(a, _)) in peers.iter().enumerate().take(me) {
-                            node.connect(a)
-                                .map_err(|e| format!("connecting to {j}: {e}"))?;
+                        // Each pair once: the later process dials; one started in place of a
+                        // killed one is the latest of all.
+                        let dial = if o.join { peers.len() } else { me };
+                        for (j, &(a, _)) in peers.iter().enumerate().take(dial) {
+                            if j != me {
+                                node.connect(a)
+                                    .map_err(|e| format!("connecting to {j}: {e}"))?;
+                            }
+                        }
+                    }
+                    Some("JOIN") => {
+                        // Process j was started again: a new identity at a new address.
+                        let (j, p) = (w.next(), w.next());
+                        let j: usize = (j.and_then(|j| j.parse().ok()))
+                            .filter(|&j| j < peers.len() && j != me)
+                            .ok_or("bad JOIN line")?;
+                        let (a, t) = p.and_then(|p| p.split_once(',')).ok_or("bad JOIN line")?;
+                        let token = u64::from_str_radix(t, 16).map_err(|_| "bad token")?;
+                        index.remove(&peers[j].1);
+                        index.insert(token, j);
+                        peers[j] = (a.parse().map_err(|_| "bad address")?, token);
+                        if let Some(t) = unknown_up.remove(&token) {
+                            down.remove(&j);
+                            println!("UP {j} {t}");
                         }
                     }
                     Some("ROUND") => {
@@ -505,8 +556,11 @@ fn finish(node: &mut Node, lib: LibId) -> Result<(), String> {
     }
     let s = node.stats();
     println!(
-        "DONE {left} {} {} {}",
-        s.reconnects, s.redials, s.redials_given_up
+        "DONE {left} {} {} {} {}",
+        s.reconnects,
+        s.redials,
+        s.redials_given_up,
+        peak_rss_kib()
     );
     node.shutdown(1000);
     Ok(())
@@ -517,25 +571,23 @@ fn finish(node: &mut Node, lib: LibId) -> Result<(), String> {
 
 struct Parent<'a> {
     o: &'a Opts,
+    /// Every child started, in order: a process started again (`--restart`) is child `procs`.
     children: Vec<Child>,
     rx: ChildLines,
-    /// Per process, the events seen: (kind, peer) → times (monotonic ns).
+    /// For children started later.
+    tx: mpsc::Sender<(usize, Option<String>)>,
+    /// Per child, the events seen: (kind, peer) → times (monotonic ns).
     events: Vec<BTreeMap<(String, usize), Vec<u64>>>,
+    /// The children that take part in the next round.
+    members: Vec<usize>,
+    /// Each process's `address,token`, by process index (as in the PEERS line).
+    addrs: Vec<String>,
 }
 
 impl Parent<'_> {
     fn tell(&mut self, i: usize, line: &str) -> Result<(), String> {
         let stdin = self.children[i].stdin.as_mut().ok_or("no stdin")?;
         writeln!(stdin, "{line}").map_err(|e| format!("telling process {i}: {e}"))
-    }
-
-    fn tell_running(&mut self, line: &str) -> Result<(), String> {
-        for i in 0..self.o.procs {
-            if self.o.runs(i) {
-                self.tell(i, line)?;
-            }
-        }
-        Ok(())
     }
 
     /// The next line within `limit` (an UP or DOWN event is recorded too).
@@ -561,14 +613,14 @@ impl Parent<'_> {
     /// Waits for one line starting with `what` from each process in `from`.
     fn collect(&mut self, what: &str, from: &[usize]) -> Result<Vec<Vec<String>>, String> {
         let limit = Instant::now() + TIMEOUT;
-        let mut got: Vec<Option<Vec<String>>> = vec![None; self.o.procs];
+        let mut got: Vec<Option<Vec<String>>> = vec![None; self.children.len()];
         while from.iter().any(|&i| got[i].is_none()) {
             let (i, w) = self
                 .next(limit)
                 .map_err(|e| format!("waiting for {what}: {e}"))?;
             match w.first().map(String::as_str) {
                 Some(k) if k == what => got[i] = Some(w),
-                Some(EOF) if got[i].is_none() => {
+                Some(EOF) if from.contains(&i) && got[i].is_none() => {
                     return Err(format!("waiting for {what}: process {i} ended early"))
                 }
                 _ => {}
@@ -599,8 +651,9 @@ impl Parent<'_> {
                 return Ok(worst as f64 / 1e6);
             }
             let next = self.next(limit).and_then(|(i, w)| match w.first() {
-                // The writer `--stick` killed ends, as it should.
-                Some(k) if k == EOF && self.o.stick != Some(i) => {
+                // The writer `--stick` killed, or the process `--restart` killed, ends, as it
+                // should.
+                Some(k) if k == EOF && self.o.stick != Some(i) && self.o.restart != Some(i) => {
                     Err(format!("process {i} ended early"))
                 }
                 _ => Ok(()),
@@ -632,11 +685,9 @@ impl Parent<'_> {
         }
     }
 
-    /// A round: every process sends every other `messages` (in round 2 but the writer
-    /// `--stick` killed); all must arrive exactly once.
+    /// A round: every member sends every other `messages`; all must arrive exactly once.
     fn round(&mut self, n: u64) -> Result<(), String> {
-        let gone = if n > 1 { self.o.stick } else { None };
-        let all: Vec<usize> = (0..self.o.procs).filter(|&i| Some(i) != gone).collect();
+        let all = self.members.clone();
         for &i in &all {
             self.tell(i, &format!("ROUND {n}"))?;
         }
@@ -685,14 +736,26 @@ impl Parent<'_> {
         let o = self.o;
         let all: Vec<usize> = (0..o.procs).collect();
         let addrs = self.collect("ADDR", &all)?;
-        let line: Vec<String> = addrs.iter().map(|w| format!("{},{}", w[1], w[2])).collect();
+        self.addrs = addrs.iter().map(|w| format!("{},{}", w[1], w[2])).collect();
+        let mesh_at = Instant::now();
         for i in all.clone() {
-            self.tell(i, &format!("PEERS {}", line.join(" ")))?;
+            self.tell(i, &format!("PEERS {}", self.addrs.join(" ")))?;
         }
         self.collect("READY", &all)?;
+        println!(
+            "full mesh: {} processes, {} connections up in {} ms",
+            o.procs,
+            o.procs * (o.procs - 1) / 2,
+            mesh_at.elapsed().as_millis()
+        );
+        let round_at = Instant::now();
         self.round(1)?;
+        println!("round 1 took {} ms", round_at.elapsed().as_millis());
         if let Some(w) = o.stick {
             return self.stick(w);
+        }
+        if let Some(k) = o.restart {
+            return self.restart(k);
         }
 
         let pairs = o.separated();
@@ -713,21 +776,7 @@ impl Parent<'_> {
         println!("{fault}");
         let down_ms = self.await_events("DOWN", fault_at, &watching)?;
         println!("every separated pair saw PeerDown within {down_ms:.0} ms of the fault");
-        self.tell_running("PROBE")?;
-        let running: Vec<usize> = all.iter().copied().filter(|&i| o.runs(i)).collect();
-        let (mut probed, mut peer_down) = (0, 0);
-        for w in self.collect("PROBE", &running)? {
-            let num = |k: usize| w.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-            (probed, peer_down) = (probed + num(1), peer_down + num(2));
-        }
-        if probed != peer_down || probed < watching.len() as u64 {
-            return Err(format!(
-                "sends to peers known down: {peer_down} of {probed} failed with PeerDown \
-                 ({} pairs separated)",
-                watching.len()
-            ));
-        }
-        println!("{probed} sends to peers known down failed at once with PeerDown");
+        let probed = self.probe(watching.len())?;
         let heal_at_ns = fault_at + o.away_s * 1_000_000_000;
         std::thread::sleep(Duration::from_nanos(heal_at_ns.saturating_sub(now_ns())));
         let healed_at = now_ns();
@@ -740,21 +789,7 @@ impl Parent<'_> {
         let up_ms = self.await_events("UP", healed_at, &pairs)?;
         println!("every separated pair saw PeerUp again within {up_ms:.0} ms of the heal");
         self.round(2)?;
-        for &i in &all {
-            self.tell(i, "EXIT")?;
-        }
-        let (mut reconnects, mut redials) = (0, 0);
-        for (i, w) in self.collect("DONE", &all)?.iter().enumerate() {
-            let num = |k: usize| w.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-            if num(1) != 0 {
-                return Err(format!(
-                    "process {i}: {} messages left over (duplicates)",
-                    num(1)
-                ));
-            }
-            reconnects += num(2);
-            redials += num(3);
-        }
+        let (reconnects, redials) = self.done()?;
         Ok(format!(
             "OK: {fault} for {} s: PeerDown within {down_ms:.0} ms, PeerUp again within {up_ms:.0} \
              ms of the heal ({reconnects} reconnects, {redials} dials), {probed} sends during the \
@@ -765,6 +800,114 @@ impl Parent<'_> {
 }
 
 impl Parent<'_> {
+    /// During a fault: every running process sends once to each peer it knows is down; each
+    /// send must fail at once with `PeerDown`. Returns how many were sent.
+    fn probe(&mut self, separated: usize) -> Result<u64, String> {
+        let running: Vec<usize> = (0..self.o.procs).filter(|&i| self.o.runs(i)).collect();
+        for &i in &running {
+            self.tell(i, "PROBE")?;
+        }
+        let (mut probed, mut peer_down) = (0, 0);
+        for w in self.collect("PROBE", &running)? {
+            let num = |k: usize| w.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            (probed, peer_down) = (probed + num(1), peer_down + num(2));
+        }
+        if probed != peer_down || probed < separated as u64 {
+            return Err(format!(
+                "sends to peers known down: {peer_down} of {probed} failed with PeerDown \
+                 ({separated} pairs separated)"
+            ));
+        }
+        println!("{probed} sends to peers known down failed at once with PeerDown");
+        Ok(probed)
+    }
+
+    /// Tells every member to finish: nothing may be left over in any (a duplicate or a late
+    /// message); prints their peak resident memory. Returns (reconnects, dials) summed.
+    fn done(&mut self) -> Result<(u64, u64), String> {
+        let members = self.members.clone();
+        for &i in &members {
+            self.tell(i, "EXIT")?;
+        }
+        let (mut reconnects, mut redials, mut rss) = (0, 0, Vec::new());
+        for (i, w) in self.collect("DONE", &members)?.iter().enumerate() {
+            if !members.contains(&i) {
+                continue;
+            }
+            let num = |k: usize| w.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            if num(1) != 0 {
+                return Err(format!(
+                    "process {i}: {} messages left over (duplicates)",
+                    num(1)
+                ));
+            }
+            reconnects += num(2);
+            redials += num(3);
+            rss.push(num(5));
+        }
+        let (min, max) = (rss.iter().min(), rss.iter().max());
+        if let (Some(min), Some(max)) = (min, max) {
+            let mean = rss.iter().sum::<u64>() / rss.len() as u64;
+            println!(
+                "peak resident memory per process: {:.1} MiB min, {:.1} mean, {:.1} max",
+                *min as f64 / 1024.0,
+                mean as f64 / 1024.0,
+                *max as f64 / 1024.0
+            );
+        }
+        Ok((reconnects, redials))
+    }
+
+    /// `--restart K`: kills K (SIGKILL) after round 1, then starts a new process in its place
+    /// — a new identity, at a new address, dialling every other process — and checks that
+    /// every other process saw the old one go down and the new one come up, and that round 2
+    /// among them all is exactly once.
+    fn restart(&mut self, k: usize) -> Result<String, String> {
+        let o = self.o;
+        let survivors: Vec<usize> = (0..o.procs).filter(|&i| i != k).collect();
+        let killed_at = now_ns();
+        self.signal(k, "-KILL")?;
+        self.members.retain(|&i| i != k);
+        println!("process {k} killed (SIGKILL)");
+        let watching: Vec<(usize, usize)> = survivors.iter().map(|&a| (a, k)).collect();
+        let down_ms = self.await_events("DOWN", killed_at, &watching)?;
+        println!(
+            "every other process saw PeerDown of process {k} within {down_ms:.0} ms of the kill"
+        );
+        let probed = self.probe(watching.len())?;
+        let n = self.children.len();
+        let mut args = child_args(o, k);
+        args.push("--join".into());
+        let started_at = now_ns();
+        let child = spawn_child(n, o.spawn_via.as_deref(), o.host_of(k), &args, &self.tx)?;
+        self.children.push(child);
+        let addr = self.collect("ADDR", &[n])?;
+        let entry = format!("{},{}", addr[n][1], addr[n][2]);
+        // The others learn who it is before it dials them.
+        for &i in &survivors {
+            self.tell(i, &format!("JOIN {k} {entry}"))?;
+        }
+        self.addrs[k] = entry;
+        self.tell(n, &format!("PEERS {}", self.addrs.join(" ")))?;
+        let pairs: Vec<(usize, usize)> = survivors.iter().flat_map(|&a| [(a, k), (n, a)]).collect();
+        let up_ms = self.await_events("UP", started_at, &pairs)?;
+        self.collect("READY", &[n])?;
+        self.members.push(n);
+        println!(
+            "process {k} started again (a new identity): connected to all {} others within \
+             {up_ms:.0} ms of its start",
+            survivors.len()
+        );
+        self.round(2)?;
+        self.done()?;
+        Ok(format!(
+            "OK: process {k} killed (-9): PeerDown within {down_ms:.0} ms; started again as a new \
+             identity, connected to all {} others within {up_ms:.0} ms; {probed} sends during the \
+             gap failed with PeerDown; rounds before and after exactly once, 0 duplicates",
+            survivors.len()
+        ))
+    }
+
     /// `--stick W`: catches W mid-send into V's FIFO, kills it there, and checks that V
     /// replaces its worker and gets its peers back (see the module's doc).
     fn stick(&mut self, w: usize) -> Result<String, String> {
@@ -801,6 +944,7 @@ impl Parent<'_> {
             POKE_WAIT.as_millis()
         );
         self.signal(w, "-KILL")?;
+        self.members.retain(|&i| i != w);
         // Every live peer of V's goes down on both sides, V replaces its worker, and they
         // come back.
         let pairs: Vec<(usize, usize)> = others.iter().flat_map(|&b| [(v, b), (b, v)]).collect();
@@ -827,16 +971,7 @@ impl Parent<'_> {
         }
         println!("a receive process {v} posted before the fault took a message sent after it");
         self.round(2)?;
-        let survivors: Vec<usize> = (0..o.procs).filter(|&i| o.runs(i)).collect();
-        for &i in &survivors {
-            self.tell(i, "EXIT")?;
-        }
-        for (i, d) in self.collect("DONE", &survivors)?.iter().enumerate() {
-            let num = |k: usize| d.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-            if survivors.contains(&i) && num(1) != 0 {
-                return Err(format!("process {i}: {} messages left over", num(1)));
-            }
-        }
+        self.done()?;
         Ok(format!(
             "OK: process {v}'s receive queue stuck by process {w} caught mid-send (stop \
              {tries}) and killed: down within {down_ms:.0} ms of the stop, worker replaced \
@@ -854,27 +989,29 @@ fn parent(o: &Opts) -> Result<(), String> {
          {major}.{minor}.{release} loaded, transport {}",
         o.procs, o.messages, o.transport
     );
-    let (children, rx) = spawn_children(o.procs, o.spawn_via.as_deref(), |i| {
-        let mut args = vec!["faults".to_string(), "--peer".into(), i.to_string()];
-        for (k, v) in [
-            ("--procs", o.procs.to_string()),
-            ("--messages", o.messages.to_string()),
-            ("--transport", o.transport.clone()),
-            ("--hosts", o.hosts.to_string()),
-        ] {
-            args.extend([k.to_string(), v]);
-        }
-        if o.keep_worker {
-            args.push("--keep-worker".into());
-        }
-        (o.host_of(i), args)
-    })?;
+    let (tx, rx) = mpsc::channel();
     let mut p = Parent {
         o,
-        children,
+        children: Vec::new(),
         rx,
-        events: vec![BTreeMap::new(); o.procs],
+        tx,
+        events: vec![BTreeMap::new(); o.procs + 1],
+        members: (0..o.procs).collect(),
+        addrs: Vec::new(),
     };
+    for i in 0..o.procs {
+        let args = child_args(o, i);
+        match spawn_child(i, o.spawn_via.as_deref(), o.host_of(i), &args, &p.tx) {
+            Ok(c) => p.children.push(c),
+            Err(e) => {
+                for c in &mut p.children {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                return Err(e);
+            }
+        }
+    }
     let result = p.run();
     if let Some(s) = o.stop {
         let _ = p.signal(s, "-CONT"); // never leave a stopped process behind
@@ -885,8 +1022,9 @@ fn parent(o: &Opts) -> Result<(), String> {
             let _ = c.kill();
         }
         let why = wait_child(c, Duration::from_secs(10));
-        // The writer `--stick` killed does not exit cleanly.
-        if let (Err(why), false) = (why, o.stick == Some(i)) {
+        // The writer `--stick` killed, and the process `--restart` killed, do not exit cleanly.
+        let killed = o.stick == Some(i) || o.restart == Some(i);
+        if let (Err(why), false) = (why, killed) {
             exits.push(format!("process {i}: {why}"));
         }
     }
@@ -896,4 +1034,21 @@ fn parent(o: &Opts) -> Result<(), String> {
     }
     println!("{verdict}");
     Ok(())
+}
+
+/// Child `i`'s arguments.
+fn child_args(o: &Opts, i: usize) -> Vec<String> {
+    let mut args = vec!["faults".to_string(), "--peer".into(), i.to_string()];
+    for (k, v) in [
+        ("--procs", o.procs.to_string()),
+        ("--messages", o.messages.to_string()),
+        ("--transport", o.transport.clone()),
+        ("--hosts", o.hosts.to_string()),
+    ] {
+        args.extend([k.to_string(), v]);
+    }
+    if o.keep_worker {
+        args.push("--keep-worker".into());
+    }
+    args
 }
