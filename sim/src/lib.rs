@@ -983,6 +983,8 @@ mod tests {
         assert!(a.registration_hops <= 2 && b.registration_hops <= 2);
         let (ma, mb) = (a.memory.per_connection, b.memory.per_connection);
         assert!((ma - mb).abs() < 64.0, "{ma} vs {mb}");
+        // The budget: a connection (one end) with 8 libraries in at most 2 KB.
+        assert!(mb <= 2048.0, "{mb} bytes per connection");
     }
 
     fn connected(procs: usize) -> Sim {

@@ -715,6 +715,8 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         self.epoch += 1;
         let c = &mut self.conns[i];
         c.routes.clear();
+        // Exactly as many as the libraries (one per connection, thousands of connections).
+        c.routes.reserve_exact(libs.slots());
         c.routes.resize(libs.slots(), None);
         for (lib, l) in libs.iter() {
             c.routes[lib.0] = cached_route(&c.session, l.ns());
@@ -733,6 +735,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         self.epoch += 1;
         for c in &mut self.conns {
             if c.routes.len() < libs.slots() {
+                c.routes.reserve_exact(libs.slots() - c.routes.len());
                 c.routes.resize(libs.slots(), None);
             }
             c.routes[lib.0] = cached_route(&c.session, l.ns());
@@ -1378,7 +1381,8 @@ pub struct Footprint {
     /// Connections held (open, handshaking, superseded and lingering, ended and not yet
     /// forgotten).
     pub connections: usize,
-    /// Their sessions (handshake state, withdrawal acknowledgements, the peer's directory).
+    /// Their sessions (handshake state, withdrawal acknowledgements, the peer's directory),
+    /// each with what it holds on the heap ([`Session::heap_bytes`]).
     pub sessions: usize,
     /// Of `sessions`: the peers' directories (name → id), one per session.
     pub directories: usize,
@@ -1422,6 +1426,12 @@ impl<K, X, E, const CAP: usize> Connections<K, X, E, CAP> {
     /// How many bytes the tables hold now (see [`Footprint`]).
     pub fn footprint(&self) -> Footprint {
         let session = core::mem::size_of::<Session<CAP>>();
+        let directory = core::mem::size_of::<crate::session::Directory<CAP>>();
+        let (mut sessions, mut directories) = (0, 0);
+        for c in &self.conns {
+            sessions += session + c.session.heap_bytes();
+            directories += directory + c.session.directory().heap_bytes();
+        }
         let routes: usize = (self.conns.iter())
             .map(|c| heap_of::<Option<(Route, u64)>>(c.routes.capacity()))
             .sum();
@@ -1432,8 +1442,8 @@ impl<K, X, E, const CAP: usize> Connections<K, X, E, CAP> {
             .map_or(0, |g| heap_of::<(u32, u32)>(g.capacity()));
         Footprint {
             connections: self.conns.len(),
-            sessions: self.conns.len() * session,
-            directories: self.conns.len() * core::mem::size_of::<crate::session::Directory<CAP>>(),
+            sessions,
+            directories,
             table: heap_of::<Connection<K, X, E, CAP>>(self.conns.capacity()),
             route_cache: routes,
             peer_index: self.serving.allocation_size() + self.at.allocation_size(),

@@ -15,7 +15,7 @@ impl<const CAP: usize> Session<CAP> {
             self.seqs_made = self.seqs_made.wrapping_add(1);
             let digest = Sha512::new()
                 .chain_update(b"tagspace-withdraw-seq")
-                .chain_update(self.key.to_bytes())
+                .chain_update(&self.secret[..])
                 .chain_update(self.local.nonce)
                 .chain_update(self.seqs_made.to_le_bytes())
                 .finalize();
@@ -28,17 +28,16 @@ impl<const CAP: usize> Session<CAP> {
 
     /// Records one half of an acknowledgement; `false` if no such withdrawal is waiting.
     pub(super) fn acknowledge(&mut self, id: u16, seq: u32, half: u8) -> bool {
-        let i = id as usize;
-        if seq == 0 || self.withdraw_seq.get(i) != Some(&seq) {
+        let (waiting, acked) = self.withdrawals.get(id);
+        if seq == 0 || waiting != seq {
             return false;
         }
-        self.acked[i] |= half;
-        if self.acked[i] == ACK_FRAME | ACK_TAG {
-            self.withdraw_seq[i] = 0;
-            self.acked[i] = 0;
-            self.awaiting -= 1;
+        if acked | half == ACK_FRAME | ACK_TAG {
+            self.withdrawals.set(id, (0, 0));
             // Cannot be full: one entry per id at most.
             let _ = self.confirmed.push_back(id);
+        } else {
+            self.withdrawals.set(id, (seq, acked | half));
         }
         true
     }
@@ -70,12 +69,9 @@ impl<const CAP: usize> Session<CAP> {
     /// adapter that may not post a wildcard receive over the control namespace (a host's
     /// worker, where another library's tags can fall anywhere) posts one exact receive for each.
     pub fn awaited_ack_tags(&self) -> impl Iterator<Item = (u16, u32)> + '_ {
-        self.withdraw_seq
-            .iter()
-            .zip(self.acked.iter())
-            .enumerate()
-            .filter(|(_, (&seq, &acked))| seq != 0 && acked & ACK_TAG == 0)
-            .map(|(i, (&seq, _))| (i as u16, seq))
+        (self.withdrawals.iter())
+            .filter(|&(_, (_, acked))| acked & ACK_TAG == 0)
+            .map(|(id, (seq, _))| (id, seq))
     }
 
     /// The next ack tag message to send the peer, as a zero-length tag message on this
@@ -100,7 +96,7 @@ impl<const CAP: usize> Session<CAP> {
     /// this may stay above zero without progress, so that a connected peer that never answers
     /// cannot keep ids quarantined for ever.
     pub fn awaiting_acks(&self) -> usize {
-        self.awaiting
+        self.withdrawals.len()
     }
 
     /// A local id whose withdrawal the peer has confirmed: nothing more from it can arrive
@@ -119,15 +115,19 @@ impl<const CAP: usize> Session<CAP> {
     /// drives a `Session` by hand must call this.
     pub fn finish(&mut self) -> heapless::Vec<u16, CAP> {
         let mut pinned = heapless::Vec::new();
-        for i in 0..CAP {
-            if self.told[i] != 0 || self.withdraw_seq[i] != 0 {
-                let _ = pinned.push(i as u16);
+        // An id is told or waiting for its withdrawal's acknowledgement, never both: each at
+        // most once, in id order as before.
+        let told = self.told.iter().map(|(id, _)| id);
+        let withdrawn = self.withdrawals.iter().map(|(id, _)| id);
+        let mut ids: heapless::Vec<u16, CAP> = told.chain(withdrawn).collect();
+        ids.sort_unstable();
+        for id in ids {
+            if pinned.last() != Some(&id) {
+                let _ = pinned.push(id);
             }
         }
-        self.told = [0; CAP];
-        self.withdraw_seq = [0; CAP];
-        self.acked = [0; CAP];
-        self.awaiting = 0;
+        self.told.clear();
+        self.withdrawals.clear();
         while let Some(id) = self.confirmed.pop_front() {
             let _ = pinned.push(id);
         }

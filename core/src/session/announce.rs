@@ -48,7 +48,7 @@ impl<const CAP: usize> Session<CAP> {
             // Withdrawals first: a name that moved to another id must leave the peer's table
             // before it is announced again, or the peer sees it twice.
             for id in ids.clone() {
-                let told = self.told[id as usize];
+                let told = self.told.get(id);
                 if told != 0 && registry.live_generation(id) != Some(told) {
                     // A dynamic id stays pinned (quarantined) until the peer acknowledges; a
                     // well-known one always carries the same name and is not quarantined.
@@ -58,19 +58,17 @@ impl<const CAP: usize> Session<CAP> {
                         0
                     };
                     let n = Frame::Withdraw { id, seq }.encode(buf)?;
-                    self.told[id as usize] = 0;
+                    self.told.set(id, 0);
                     if seq == 0 {
                         registry.unpin(id);
                     } else {
-                        self.withdraw_seq[id as usize] = seq;
-                        self.acked[id as usize] = 0;
-                        self.awaiting += 1;
+                        self.withdrawals.set(id, (seq, 0));
                     }
                     return Ok(Some(n));
                 }
             }
             for id in ids {
-                if self.told[id as usize] != 0 {
+                if self.told.get(id) != 0 {
                     continue;
                 }
                 if let Some((token, name)) = registry.name_of(id) {
@@ -81,7 +79,7 @@ impl<const CAP: usize> Session<CAP> {
                     if registry.epoch() != epoch {
                         continue 'rescan;
                     }
-                    if self.withdraw_seq[id as usize] != 0 {
+                    if self.withdrawals.get(id).0 != 0 {
                         // Still waiting for the acknowledgement of this id's last withdrawal:
                         // the registry cannot have handed it out again while we pin it.
                         continue;
@@ -91,7 +89,7 @@ impl<const CAP: usize> Session<CAP> {
                         continue 'rescan;
                     }
                     let n = Frame::Announce { id, name }.encode(buf)?;
-                    self.told[id as usize] = token.generation;
+                    self.told.set(id, token.generation);
                     return Ok(Some(n));
                 }
             }

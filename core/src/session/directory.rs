@@ -9,6 +9,19 @@ impl<const CAP: usize> Session<CAP> {
         &self.directory
     }
 
+    /// Bytes the session holds on the heap besides itself: its tables (the directory, what
+    /// was told the peer, withdrawals waiting, acknowledgements owed). With the `alloc`
+    /// feature they grow with what they hold, up to `CAP` entries each; without it they are
+    /// inline and this is 0.
+    pub fn heap_bytes(&self) -> usize {
+        self.directory.heap_bytes()
+            + self.told.heap_bytes()
+            + self.withdrawals.heap_bytes()
+            + self.owed_frames.heap_bytes()
+            + self.owed_tags.heap_bytes()
+            + self.confirmed.heap_bytes()
+    }
+
     /// The route for `ns` on this peer, if the session is established (the peer proven), the
     /// peer has told its pair value (where the layout has a pair field) and it has registered
     /// the same name.
@@ -151,13 +164,13 @@ impl<const CAP: usize> Session<CAP> {
 #[derive(Clone)]
 pub struct Directory<const CAP: usize> {
     // Sorted by name: lookups on the send path are a binary search.
-    entries: heapless::Vec<(Name, u16), CAP>,
+    entries: List<(Name, u16), CAP>,
 }
 
 impl<const CAP: usize> Directory<CAP> {
     pub(super) const fn new() -> Self {
         Directory {
-            entries: heapless::Vec::new(),
+            entries: List::new(),
         }
     }
 
@@ -172,6 +185,11 @@ impl<const CAP: usize> Directory<CAP> {
     /// The peer's name for its id `id` (for decoding received tags in logs).
     pub fn name_of(&self, id: u16) -> Option<&Name> {
         self.entries.iter().find(|(_, i)| *i == id).map(|(n, _)| n)
+    }
+
+    /// Bytes it holds on the heap (with the `alloc` feature; without it, all of it is inline).
+    pub fn heap_bytes(&self) -> usize {
+        self.entries.heap_bytes()
     }
 
     /// Number of entries.

@@ -147,7 +147,8 @@ impl<const CAP: usize> Session<CAP> {
         }
         if !self.proof_sent {
             if let Some(transcript) = self.transcript(self.role) {
-                let signature = identity::sign(&self.key, &transcript);
+                let key = ed25519_dalek::SigningKey::from_bytes(&self.secret);
+                let signature = identity::sign(&key, &transcript);
                 let n = Frame::Proof { signature }.encode(buf)?;
                 self.proof_sent = true;
                 return Ok(Some(n));
@@ -177,29 +178,23 @@ impl<const CAP: usize> Session<CAP> {
             if let Some(t) = self.redial_of {
                 enc.redial(t)?;
             }
-            let mut told = [0u32; CAP];
+            let mut told: IdMap<u32, CAP> = IdMap::new();
             let mut result = Ok(());
             registry.for_each_live(|token, name| {
                 if result.is_ok() {
-                    match told.get_mut(token.id as usize) {
+                    if token.id as usize >= CAP {
+                        result = Err(WireError::FrameTooLarge);
+                    } else if registry.pin(token) {
                         // Pinned before it is told (R7); a lease released meanwhile is skipped
                         // (the epoch moved: this snapshot is taken again).
-                        Some(slot) if registry.pin(token) => {
-                            result = enc.push(token.id, name);
-                            *slot = token.generation;
-                        }
-                        Some(_) => {}
-                        None => {
-                            result = Err(WireError::FrameTooLarge);
-                        }
+                        result = enc.push(token.id, name);
+                        told.set(token.id, token.generation);
                     }
                 }
             });
             if result.is_err() || registry.epoch() != epoch {
-                for (id, &g) in told.iter().enumerate() {
-                    if g != 0 {
-                        registry.unpin(id as u16);
-                    }
+                for (id, _) in told.iter() {
+                    registry.unpin(id);
                 }
                 result?;
                 continue;

@@ -90,6 +90,8 @@ mod announce;
 mod directory;
 mod handshake;
 mod heartbeat;
+mod tables;
+use tables::{IdMap, List, Queue};
 
 pub use directory::Directory;
 
@@ -256,7 +258,8 @@ pub enum Phase {
 pub struct Session<const CAP: usize = 256> {
     role: Role,
     local_token: u64,
-    key: ed25519_dalek::SigningKey,
+    /// The process's secret key (the signing key is made from it for the one PROOF).
+    secret: zeroize::Zeroizing<[u8; 32]>,
     local: Party,
     fingerprint: u64,
     namespace_bits: u8,
@@ -272,20 +275,17 @@ pub struct Session<const CAP: usize = 256> {
     /// What the peer's HELLO claimed (key and nonce); proven once `phase` is `Established`.
     claim: Option<(Party, Role)>,
     peer: Option<PeerInfo>,
-    /// Per local id: the `seq` of our WITHDRAW waiting for its acknowledgement (0: none), and
-    /// which halves arrived (bit 0 the tag, bit 1 the frame).
-    withdraw_seq: [u32; CAP],
-    acked: [u8; CAP],
-    /// How many entries of `withdraw_seq` are non-zero (asked on every adapter `progress`).
-    awaiting: usize,
+    /// Per local id: the `seq` of our WITHDRAW waiting for its acknowledgement (never 0), and
+    /// which halves arrived (bit 0 the tag, bit 1 the frame); ids with none are not held.
+    withdrawals: IdMap<(u32, u8), CAP>,
     seqs_made: u32,
     /// Acknowledgements we owe the peer: frames, and tag messages (for the adapter).
-    owed_frames: heapless::Deque<(u16, u32), CAP>,
-    owed_tags: heapless::Deque<(u16, u32), CAP>,
+    owed_frames: Queue<(u16, u32), CAP>,
+    owed_tags: Queue<(u16, u32), CAP>,
     /// Local ids whose withdrawal the peer confirmed (for the adapter: drain, then unpin).
-    confirmed: heapless::Deque<u16, CAP>,
-    /// Generation of each local id as last told to the peer; 0 = not told.
-    told: [u32; CAP],
+    confirmed: Queue<u16, CAP>,
+    /// Generation of each local id as last told to the peer; not held: not told.
+    told: IdMap<u32, CAP>,
     /// Registry epoch at which `told` was last found in sync.
     synced_epoch: Option<u64>,
     directory: Directory<CAP>,
@@ -313,7 +313,7 @@ impl<const CAP: usize> Session<CAP> {
         Session {
             role,
             local_token: identity.token(),
-            key: identity.signer(),
+            secret: zeroize::Zeroizing::new(identity.signer().to_bytes()),
             local: Party {
                 public_key: *identity.public_key(),
                 nonce: identity.fresh_nonce(),
@@ -329,14 +329,12 @@ impl<const CAP: usize> Session<CAP> {
             proof_sent: false,
             claim: None,
             peer: None,
-            withdraw_seq: [0; CAP],
-            acked: [0; CAP],
-            awaiting: 0,
+            withdrawals: IdMap::new(),
             seqs_made: 0,
-            owed_frames: heapless::Deque::new(),
-            owed_tags: heapless::Deque::new(),
-            confirmed: heapless::Deque::new(),
-            told: [0; CAP],
+            owed_frames: Queue::new(),
+            owed_tags: Queue::new(),
+            confirmed: Queue::new(),
+            told: IdMap::new(),
             synced_epoch: None,
             directory: Directory::new(),
             ping_out: None,
