@@ -135,6 +135,12 @@ pub struct Memory {
     pub directory: usize,
     /// Of it: the route cache.
     pub route_cache: f64,
+    /// Of it: the connection table's entry.
+    pub table: f64,
+    /// Of it: the peer index and the handle index.
+    pub peer_index: f64,
+    /// Of it: the pair values given to peers.
+    pub pairs: f64,
     /// Mean bytes per node, every table.
     pub per_node_mean: f64,
     /// The largest node's bytes.
@@ -185,13 +191,15 @@ impl Converge {
     }
 }
 
-/// Route lookups at one node.
+/// Route lookups and idle `progress` calls at one node.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Lookup {
     /// Its peers.
     pub peers: usize,
     /// Nanoseconds per lookup (wall clock, this machine).
     pub ns: f64,
+    /// Nanoseconds per `progress` with nothing to do (nothing arrived, no timer due).
+    pub progress_ns: f64,
 }
 
 /// Everything a run measured.
@@ -514,13 +522,16 @@ impl Sim {
         if !self.slots[q].alive || !self.slots[r].alive {
             return true;
         }
-        (0..self.cfg.libs).all(|x| match self.route(q, r, x) {
-            None => true,
-            Some(seen) => match self.id_of(r, x) {
-                Some(id) => seen == Seen::Id(id),
-                None => seen == Seen::Missing,
-            },
-        })
+        (0..self.cfg.libs).all(|x| self.route(q, r, x).is_none_or(|s| self.exact(r, x, s)))
+    }
+
+    /// Whether `seen` (a route to library `x` on `r`) is `r`'s current id for it, or missing
+    /// where `r` has none.
+    fn exact(&self, r: usize, x: usize, seen: Seen) -> bool {
+        match self.id_of(r, x) {
+            Some(id) => seen == Seen::Id(id),
+            None => seen == Seen::Missing,
+        }
     }
 
     fn all_settled(&self) -> bool {
@@ -564,7 +575,7 @@ impl Sim {
                             }
                         }
                     }
-                    if exact && !self.pair_settled(q, r) {
+                    if exact && !self.exact(r, x, seen) {
                         unsettled += 1;
                     }
                 }
@@ -785,6 +796,7 @@ impl Sim {
     fn memory(&self) -> Memory {
         let mut m = Memory::default();
         let (mut grows, mut routes, mut total) = (0usize, 0usize, 0usize);
+        let (mut table, mut index, mut pairs) = (0usize, 0usize, 0usize);
         let mut live = 0;
         for s in self.slots.iter().filter(|s| s.alive) {
             let f: Footprint = s.node.footprint();
@@ -792,6 +804,7 @@ impl Sim {
             m.connection_ends += f.connections;
             grows += f.per_connection() * f.connections;
             routes += f.route_cache;
+            (table, index, pairs) = (table + f.table, index + f.peer_index, pairs + f.pairs);
             total += f.total();
             m.per_node_max = m.per_node_max.max(f.total());
             m.gone_max = m.gone_max.max(f.gone_peers);
@@ -805,19 +818,30 @@ impl Sim {
         let ends = m.connection_ends.max(1) as f64;
         m.per_connection = grows as f64 / ends;
         m.route_cache = routes as f64 / ends;
+        (m.table, m.peer_index, m.pairs) = (
+            table as f64 / ends,
+            index as f64 / ends,
+            pairs as f64 / ends,
+        );
         m.per_node_mean = total as f64 / live.max(1) as f64;
         m
     }
 
     /// Route lookups at the live node with the fewest peers and at the one with the most, over
     /// its peers and libraries in turn.
-    fn lookups(&self) -> [Lookup; 2] {
+    fn lookups(&mut self) -> [Lookup; 2] {
         let live: Vec<usize> = (0..self.slots.len())
             .filter(|&p| self.slots[p].alive)
             .collect();
         let min = live.iter().copied().min_by_key(|&p| self.adj[p].len());
         let max = live.iter().copied().max_by_key(|&p| self.adj[p].len());
-        [min, max].map(|p| p.map_or(Lookup::default(), |p| self.time_lookups(p)))
+        [min, max].map(|p| match p {
+            Some(p) => Lookup {
+                progress_ns: self.time_progress(p),
+                ..self.time_lookups(p)
+            },
+            None => Lookup::default(),
+        })
     }
 
     fn time_lookups(&self, p: usize) -> Lookup {
@@ -844,7 +868,19 @@ impl Sim {
         Lookup {
             peers: peers.len(),
             ns: start.elapsed().as_nanos() as f64 / N as f64,
+            progress_ns: 0.0,
         }
+    }
+
+    /// Idle `progress` calls at `p`: the cluster is quiet and time stands still, so nothing
+    /// arrives and no timer is due.
+    fn time_progress(&mut self, p: usize) -> f64 {
+        const N: u32 = 2_000;
+        let start = Instant::now();
+        for _ in 0..N {
+            self.slots[p].node.progress(&mut self.fab);
+        }
+        start.elapsed().as_nanos() as f64 / f64::from(N)
     }
 
     /// Messages waiting unexpected in every live process's worker.

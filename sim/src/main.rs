@@ -176,15 +176,23 @@ fn print(cfg: &Config, r: &Report) {
         );
         println!("memory gone-peers table{label}: {} bytes max", m.gone_max);
     }
+    let m = &r.memory;
     println!(
-        "memory per connection, of which session: {} bytes (directory {}), route cache {:.0}",
-        r.memory.session, r.memory.directory, r.memory.route_cache
+        "memory per connection, of which: session {} bytes (directory {}), route cache {:.0}, \
+         table {:.0}, peer index {:.0}, pair values {:.0}",
+        m.session, m.directory, m.route_cache, m.table, m.peer_index, m.pairs
     );
     if let Some(h) = r.heap_per_connection {
         println!("simulator resident memory per connection end (fabric included): {h:.0} bytes");
     }
     for l in &r.lookup {
         println!("route lookup with {} peers: {:.1} ns", l.peers, l.ns);
+    }
+    for l in &r.lookup {
+        println!(
+            "idle progress with {} peers: {:.0} ns",
+            l.peers, l.progress_ns
+        );
     }
     let d = &r.delivery;
     println!(

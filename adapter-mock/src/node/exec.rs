@@ -240,10 +240,8 @@ impl Node {
     }
 
     fn flush(&mut self, fab: &mut Fabric) {
-        for id in self.engine.conns().ids() {
-            if self.engine.conns().get(id).is_some_and(|c| c.is_open()) {
-                self.flush_conn(fab, id);
-            }
+        for id in self.engine.transmit_due() {
+            self.flush_conn(fab, id);
         }
     }
 

@@ -435,10 +435,8 @@ impl Node {
 
     pub(super) fn flush(&mut self) -> bool {
         let mut sent = false;
-        for i in self.engine.conns().ids() {
-            if self.engine.conns().get(i).is_some_and(|c| c.is_open()) {
-                sent |= self.flush_conn(i);
-            }
+        for i in self.engine.transmit_due() {
+            sent |= self.flush_conn(i);
         }
         sent
     }

@@ -133,7 +133,9 @@ pub enum Stage {
     Messages,
     /// The withdrawal acknowledgements' tags that arrived ([`Engine::handle_ack_tag`], R7).
     AckTags,
-    /// What every open connection's session queued goes out ([`Action::Transmit`]'s work).
+    /// What the sessions of the connections [`Engine::transmit_due`] names queued goes out
+    /// ([`Action::Transmit`]'s work): after a change of the registry every open one, else
+    /// only those something happened to, so that an idle `progress` costs nothing per peer.
     Transmit,
     /// The requests that completed ([`Ops::completed`](super::Ops::completed)) and the operations
     /// [`Engine::due_ops`] names move along (D6).
@@ -187,6 +189,10 @@ pub struct Outbox<'a, X, const CAP: usize> {
     session: &'a mut crate::Session<CAP>,
     registry: &'a crate::Registry<CAP>,
     frames_done: bool,
+    /// The session said it has no more frames (not: the transport refused one).
+    drained: bool,
+    /// The connection's mark in [`Connections::transmit_due`](super::Connections::transmit_due).
+    due: &'a mut bool,
     /// The connection's transport state (its endpoint, requests in flight, …).
     pub io: &'a mut X,
 }
@@ -199,11 +205,16 @@ impl<X, const CAP: usize> Outbox<'_, X, CAP> {
         if !self.frames_done {
             match self.session.poll_transmit(self.registry, buf) {
                 Ok(Some(n)) => return Some(Out::Frame(n)),
-                _ => self.frames_done = true,
+                Ok(None) => (self.frames_done, self.drained) = (true, true),
+                Err(_) => self.frames_done = true,
             }
         }
         let layout = self.registry.layout();
-        self.session.poll_ack_tag(layout).map(Out::AckTag)
+        let next = self.session.poll_ack_tag(layout).map(Out::AckTag);
+        if next.is_none() && self.drained {
+            *self.due = false; // everything queued went
+        }
+        next
     }
 
     /// The transport refused a frame: the session's other frames wait for the next
@@ -226,11 +237,13 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
     /// What connection `conn` has to send ([`Action::Transmit`]); `None` once it is forgotten.
     pub fn outbox(&mut self, conn: ConnId) -> Option<Outbox<'_, X, CAP>> {
         let registry = self.registry;
-        let (session, io) = self.conns.get_mut(conn)?.parts();
+        let (session, io, due) = self.conns.get_mut(conn)?.parts();
         Some(Outbox {
             session,
             registry,
             frames_done: false,
+            drained: false,
+            due,
             io,
         })
     }
@@ -244,6 +257,8 @@ impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
     /// P6; R7's frames). Frames on a connection out of service are ignored.
     pub fn handle_control(&mut self, conn: ConnId, bytes: &[u8], now_ms: u64) {
         self.deafness.heard(self.live.now());
+        // Whatever it was, the answer (if any) goes at the next transmit.
+        self.conns.mark_transmit(conn);
         if let Some(c) = self.conns.get(conn) {
             if let (LinkState::Down(_), Some(peer)) = (c.state(), c.peer()) {
                 // Its transport failed first, then the peer's CLOSE came: if it says the peer
@@ -605,6 +620,60 @@ mod tests {
         }
         let kept = a.e.conns.serving(b.me.token()).unwrap();
         (kept, if kept == i1 { i2 } else { i1 }, at_a)
+    }
+
+    /// Sends what `from`'s engine names in [`Engine::transmit_due`], through its outboxes, to
+    /// `to`'s connection `y`; how many frames went.
+    fn flush_due(from: &mut Side, to: &mut Side, y: ConnId) -> usize {
+        let mut buf = [0u8; wire::MAX_FRAME_LEN];
+        let mut frames = Vec::new();
+        for x in from.e.transmit_due() {
+            if let Some(mut out) = from.e.outbox(x) {
+                while let Some(o) = out.next(&mut buf) {
+                    if let Out::Frame(n) = o {
+                        frames.push(buf[..n].to_vec());
+                    }
+                }
+            }
+        }
+        for f in &frames {
+            to.e.handle_control(y, f, 0);
+        }
+        frames.len()
+    }
+
+    #[test]
+    fn an_idle_transmit_pass_visits_no_connection() {
+        let (mut a, mut b) = two();
+        let (i, j) = open(&mut a, &mut b, 7);
+        assert_eq!(a.e.transmit_due(), [i], "a new connection: its HELLO");
+        // The handshake through the due sets alone.
+        for _ in 0..6 {
+            flush_due(&mut a, &mut b, j);
+            flush_due(&mut b, &mut a, i);
+        }
+        assert!(a.e.conns.serving(b.me.token()).is_ok());
+        assert!(b.e.conns.serving(a.me.token()).is_ok());
+        assert!(a.e.transmit_due().is_empty() && b.e.transmit_due().is_empty());
+        // A registration is for every open connection; then idle again.
+        let lib = a.e.register("late").unwrap();
+        assert_eq!(a.e.transmit_due(), [i]);
+        // Control: an outbox that is not drained (the transport not ready) keeps it due.
+        assert!(a.e.outbox(i).is_some(), "taken, and nothing sent");
+        assert_eq!(a.e.transmit_due(), [i], "still due");
+        assert_eq!(flush_due(&mut a, &mut b, j), 1, "the ANNOUNCE");
+        let name = crate::Name::new("late").unwrap();
+        let at_b = b.e.conns.get(j).unwrap().session().directory();
+        assert!(at_b.lookup(&name).is_some());
+        assert!(a.e.transmit_due().is_empty());
+        // A frame that asks for an answer marks its connection: a WITHDRAW's acknowledgement.
+        a.e.release(lib);
+        assert_eq!(flush_due(&mut a, &mut b, j), 1, "the WITHDRAW");
+        assert_eq!(b.e.transmit_due(), [j]);
+        assert_eq!(flush_due(&mut b, &mut a, i), 1, "the WITHDRAW-ACK");
+        // Any frame marks its connection; this one has nothing to answer.
+        assert_eq!(flush_due(&mut a, &mut b, j), 0);
+        assert!(b.e.transmit_due().is_empty() && a.e.transmit_due().is_empty());
     }
 
     fn actions(s: &mut Side) -> Vec<Action<u8>> {

@@ -124,6 +124,9 @@ pub struct Connection<K, X, E, const CAP: usize> {
     routes: Vec<Option<(Route, u64)>>,
     /// Its endpoint was handed back for closing at the end of its linger (P4).
     retired: bool,
+    /// Its session may have something to send that no `Transmit` has taken yet
+    /// ([`Connections::transmit_due`]).
+    transmit: bool,
     closed_for: Option<CloseReason>,
     window: Window,
     /// The adapter's transport state (its endpoint, requests in flight, …).
@@ -149,8 +152,8 @@ impl<K: Copy, X, E: Copy, const CAP: usize> Connection<K, X, E, CAP> {
         &mut self.session
     }
     /// Its session and the adapter's state together (to send what the session queued).
-    pub(crate) fn parts(&mut self) -> (&mut Session<CAP>, &mut X) {
-        (&mut self.session, &mut self.io)
+    pub(crate) fn parts(&mut self) -> (&mut Session<CAP>, &mut X, &mut bool) {
+        (&mut self.session, &mut self.io, &mut self.transmit)
     }
     /// Its state.
     pub fn state(&self) -> LinkState<E> {
@@ -367,6 +370,11 @@ pub struct Connections<K, X, E, const CAP: usize> {
     at: hashbrown::HashMap<ConnId, usize, TokenHash>,
     /// The next handle's number.
     next_id: u64,
+    /// Connections marked to transmit ([`transmit_due`](Self::transmit_due)); may hold ids
+    /// already transmitted or forgotten, which the next call drops.
+    due: Vec<ConnId>,
+    /// The registry epoch of the last pass over every connection.
+    flushed_epoch: Option<u64>,
 }
 
 /// The pair values a node gives its peers: peer token → value, and value → peer token.
@@ -480,7 +488,49 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
             epoch: 0,
             at: hashbrown::HashMap::with_hasher(h),
             next_id: 0,
+            due: Vec::new(),
+            flushed_epoch: None,
         }
+    }
+
+    /// Marks connection `id` as having something to send (a frame arrived on it: the answer,
+    /// if any, goes at the next [`transmit_due`](Self::transmit_due)).
+    pub(crate) fn mark_transmit(&mut self, id: ConnId) {
+        if let Some(c) = self.get_mut(id) {
+            if !c.transmit {
+                c.transmit = true;
+                self.due.push(id);
+            }
+        }
+    }
+
+    /// The open connections whose sessions may have something to send, for the adapter's
+    /// [`Stage::Transmit`](super::Stage::Transmit): every open one when the registry changed
+    /// since the last call (announcements and withdrawals are for every peer), else only the
+    /// ones something happened to since — added, a frame arrived, or an earlier transmit that
+    /// did not finish (not wired up yet, the transport refused a frame). A connection leaves
+    /// the set when an [`Outbox`](super::Outbox) drains it. So an idle `progress` costs
+    /// nothing per connection.
+    pub fn transmit_due(&mut self, registry_epoch: u64) -> Vec<ConnId> {
+        if self.flushed_epoch != Some(registry_epoch) {
+            self.flushed_epoch = Some(registry_epoch);
+            self.due.clear();
+            for c in self.conns.iter_mut().filter(|c| c.is_open()) {
+                c.transmit = true;
+                self.due.push(c.id);
+            }
+            return self.due.clone();
+        }
+        let conns = &self.conns;
+        let at = &self.at;
+        self.due.retain(|id| {
+            let c = at.get(id).map(|&i| &conns[i]);
+            c.is_some_and(|c| c.transmit && c.is_open())
+        });
+        // An id marked again after an explicit transmit drained it can be here twice.
+        self.due.sort_unstable();
+        self.due.dedup();
+        self.due.clone()
     }
 
     /// Where connection `id` is now, if it has not been forgotten.
@@ -593,6 +643,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         self.next_id += 1;
         let id = ConnId(self.next_id);
         self.at.insert(id, self.conns.len());
+        self.due.push(id);
         self.conns.push(Connection {
             id,
             key,
@@ -601,6 +652,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
             deadlines: Deadlines::new(now_ms, live_ms),
             routes: Vec::new(),
             retired: false,
+            transmit: true, // its HELLO
             closed_for: None,
             window: Window {
                 start_ms: now_ms,

@@ -182,6 +182,13 @@ impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, 
         &self.conns
     }
 
+    /// The connections to transmit on at [`Stage::Transmit`]: every open one after a change
+    /// of the registry, else only those something happened to (see
+    /// [`Connections::transmit_due`]); each through [`outbox`](Self::outbox).
+    pub fn transmit_due(&mut self) -> alloc::vec::Vec<ConnId> {
+        self.conns.transmit_due(self.registry.epoch())
+    }
+
     /// Connection `id`'s transport state, the adapter's to change; `None` once it is
     /// forgotten. (What its session queued goes out through [`outbox`](Self::outbox).)
     pub fn io_mut(&mut self, id: ConnId) -> Option<&mut X> {
