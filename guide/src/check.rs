@@ -72,6 +72,7 @@ pub fn user_documents(root: &Path) -> Vec<PathBuf> {
         "capi/README.md",
         "cli/README.md",
         "python/README.md",
+        "sim/README.md",
     ]
     .iter()
     .map(PathBuf::from)

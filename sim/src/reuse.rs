@@ -28,6 +28,27 @@ pub struct ReuseCost {
 }
 
 impl ReuseCost {
+    /// One virtual connect of `a` to `b` (`open`: each process's open endpoints); `first`: the
+    /// pair shares no endpoint yet, so the new one is kept.
+    fn connect(&mut self, open: &mut [u64], a: usize, b: usize, first: bool) {
+        let ids = open[a];
+        let bytes = HEADER + ID * ids + ANSWER;
+        self.connects += 1;
+        self.bytes += bytes;
+        self.max_connect = self.max_connect.max(bytes);
+        self.last_connect = bytes;
+        self.endpoints_created += 1;
+        // The server scans the list until it finds the endpoint the pair shares: with none it
+        // looks at every id; with one, on average half of them.
+        if first {
+            self.lookups += ids;
+            open[a] += 1;
+            open[b] += 1;
+        } else {
+            self.lookups += ids.div_ceil(2);
+        }
+    }
+
     /// Bytes per virtual connect, rounded down.
     pub fn per_connect(&self) -> u64 {
         self.bytes.checked_div(self.connects).unwrap_or(0)
@@ -51,23 +72,7 @@ pub fn endpoint_reuse(procs: usize, edges: &[(usize, usize)], libs: usize) -> Re
     let mut c = ReuseCost::default();
     for _ in 0..libs {
         for &(a, b) in edges {
-            let ids = open[a];
-            let bytes = HEADER + ID * ids + ANSWER;
-            c.connects += 1;
-            c.bytes += bytes;
-            c.max_connect = c.max_connect.max(bytes);
-            c.last_connect = bytes;
-            c.endpoints_created += 1;
-            // The server scans the list until it finds the endpoint the pair shares: with none
-            // it looks at every id; with one, on average half of them.
-            let pair = (a.min(b), a.max(b));
-            if shared.insert(pair) {
-                c.lookups += ids;
-                open[a] += 1;
-                open[b] += 1;
-            } else {
-                c.lookups += ids.div_ceil(2);
-            }
+            c.connect(&mut open, a, b, shared.insert((a.min(b), a.max(b))));
         }
     }
     c
@@ -81,21 +86,8 @@ pub fn endpoint_reuse_mesh(procs: usize, libs: usize) -> ReuseCost {
     for round in 0..libs {
         for a in 0..procs {
             for b in a + 1..procs {
-                let ids = open[a];
-                let bytes = HEADER + ID * ids + ANSWER;
-                c.connects += 1;
-                c.bytes += bytes;
-                c.max_connect = c.max_connect.max(bytes);
-                c.last_connect = bytes;
-                c.endpoints_created += 1;
-                if round == 0 {
-                    // Every pair's first connect: nothing shared yet.
-                    c.lookups += ids;
-                    open[a] += 1;
-                    open[b] += 1;
-                } else {
-                    c.lookups += ids.div_ceil(2);
-                }
+                // Every pair's first connect is in the first round.
+                c.connect(&mut open, a, b, round == 0);
             }
         }
     }
