@@ -183,6 +183,10 @@ impl Opts {
         if let Some(h) = self.hostile {
             v.extend(["--hostile".into(), h.to_string()]);
         }
+        if let Some(s) = self.stop {
+            // The process to be stopped must know it (it stops itself at MID, see `peer`).
+            v.extend(["--stop".into(), s.to_string()]);
+        }
         v.extend(["--hosts".into(), self.hosts.to_string()]);
         if self.cut_link.is_some() {
             v.push("--expect-cut".into());
