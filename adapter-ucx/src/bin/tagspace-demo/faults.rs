@@ -889,9 +889,11 @@ impl Parent<'_> {
         }
         self.addrs[k] = entry;
         self.tell(n, &format!("PEERS {}", self.addrs.join(" ")))?;
+        // Its READY first: it may come before the last of the others' UP lines, which are
+        // recorded meanwhile (a READY that came while waiting for events would be lost).
+        self.collect("READY", &[n])?;
         let pairs: Vec<(usize, usize)> = survivors.iter().flat_map(|&a| [(a, k), (n, a)]).collect();
         let up_ms = self.await_events("UP", started_at, &pairs)?;
-        self.collect("READY", &[n])?;
         self.members.push(n);
         println!(
             "process {k} started again (a new identity): connected to all {} others within \
