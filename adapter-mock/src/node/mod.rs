@@ -116,6 +116,15 @@ pub struct ControlSent {
     pub ack_tags: u64,
 }
 
+impl std::ops::AddAssign for ControlSent {
+    /// Adds another node's (or another period's) traffic.
+    fn add_assign(&mut self, o: ControlSent) {
+        self.frames += o.frames;
+        self.bytes += o.bytes;
+        self.ack_tags += o.ack_tags;
+    }
+}
+
 impl Node {
     /// A process with the default layout, known to peers by `identity` (P6; its token must be
     /// unique among processes, which distinct random seeds give).

@@ -1453,19 +1453,17 @@ pub struct Footprint {
 impl Footprint {
     /// Every table together.
     pub fn total(&self) -> usize {
-        self.sessions
-            + self.table
-            + self.route_cache
-            + self.peer_index
-            + self.pairs
-            + self.gone_peers
+        self.grows() + self.gone_peers
     }
 
     /// The tables that grow with connections (sessions, table, route cache, peer index and
     /// pair values), per connection held; 0 with none.
     pub fn per_connection(&self) -> usize {
-        let grows = self.sessions + self.table + self.route_cache + self.peer_index + self.pairs;
-        grows.checked_div(self.connections).unwrap_or(0)
+        self.grows().checked_div(self.connections).unwrap_or(0)
+    }
+
+    fn grows(&self) -> usize {
+        self.sessions + self.table + self.route_cache + self.peer_index + self.pairs
     }
 }
 
