@@ -253,6 +253,17 @@ pub(crate) fn check(data: &[u8], lib: usize, src: usize, dst: usize, seq: usize)
     ok.then(|| u64::from_le_bytes(data[16..24].try_into().unwrap()))
 }
 
+/// The tag payload of message `seq` from process `src`: the sender above bit 20, the sequence
+/// below (`--messages` is at most 100 000 < 2^20).
+pub(crate) fn payload_for(src: usize, seq: usize) -> u64 {
+    ((src as u64) << 20) | seq as u64
+}
+
+/// The sender a payload made by [`payload_for`] names.
+pub(crate) fn sender_of_payload(payload: u64) -> usize {
+    (payload >> 20) as usize
+}
+
 // ---------------------------------------------------------------------------------------------
 // The peer process.
 
@@ -546,7 +557,7 @@ fn peer(o: &Opts) -> Result<(), String> {
                 Some(s) => node.send(
                     libs[k],
                     token_of(dst),
-                    ((me as u64) << 20) | s as u64,
+                    payload_for(me, s),
                     message(k, me, dst, s),
                     10_000,
                 ),
@@ -609,12 +620,7 @@ fn peer(o: &Opts) -> Result<(), String> {
                     continue;
                 }
                 for s in 0..n {
-                    let op = node.recv_from(
-                        libs[k],
-                        token_of(src),
-                        ((src as u64) << 20) | s as u64,
-                        LARGE,
-                    );
+                    let op = node.recv_from(libs[k], token_of(src), payload_for(src, s), LARGE);
                     recvs.insert(op, (k, src, s));
                 }
             }
@@ -715,7 +721,7 @@ fn peer(o: &Opts) -> Result<(), String> {
             drop(r);
         }
         for p in left {
-            if dead.contains(&((p >> 32) as usize)) {
+            if dead.contains(&sender_of_payload(p)) {
                 late += 1;
             } else {
                 stats[k].leftover += 1;
@@ -1372,5 +1378,22 @@ fn verdict(o: &Opts, reports: &[Report]) -> Result<(), String> {
             println!("PROBLEM: {p}");
         }
         Err(format!("{} problems", problems.len()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The leftover count tells a late message from a killed peer apart from a duplicate by
+    /// the sender in its payload: it must read the sender from the bits it was written to.
+    #[test]
+    fn a_payload_names_its_sender() {
+        for src in [0, 1, 7, 4095] {
+            for seq in [0, 1, 99_999, 100_000] {
+                assert_eq!(sender_of_payload(payload_for(src, seq)), src);
+            }
+        }
+        assert_ne!(payload_for(1, 0), payload_for(0, 1));
     }
 }
