@@ -200,6 +200,9 @@ pub struct Lookup {
     pub ns: f64,
     /// Nanoseconds per `progress` with nothing to do (nothing arrived, no timer due).
     pub progress_ns: f64,
+    /// Nanoseconds to find the connection an incoming control frame belongs to, over the
+    /// node's endpoints in turn.
+    pub frame_ns: f64,
 }
 
 /// Everything a run measured.
@@ -834,6 +837,7 @@ impl Sim {
                 peers: self.adj[p].len(),
                 ns: self.time_lookups(p),
                 progress_ns: self.time_progress(p),
+                frame_ns: self.time_frame_lookups(p),
             })
         })
     }
@@ -860,6 +864,26 @@ impl Sim {
             }
         }
         std::hint::black_box(acc);
+        start.elapsed().as_nanos() as f64 / N as f64
+    }
+
+    /// Nanoseconds per connection lookup of an incoming frame at `p` (what every control
+    /// frame and endpoint error costs before the engine reads it), over its endpoints in turn.
+    fn time_frame_lookups(&self, p: usize) -> f64 {
+        let node = &self.slots[p].node;
+        let eps: Vec<_> = (self.adj[p].iter())
+            .filter_map(|&q| node.endpoint_to(self.slots[q].node.token()))
+            .collect();
+        if eps.is_empty() {
+            return 0.0;
+        }
+        const N: usize = 200_000;
+        let start = Instant::now();
+        let mut found = 0usize;
+        for i in 0..N {
+            found += usize::from(node.connection_of(eps[i % eps.len()]).is_some());
+        }
+        std::hint::black_box(found);
         start.elapsed().as_nanos() as f64 / N as f64
     }
 

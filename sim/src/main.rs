@@ -194,6 +194,12 @@ fn print(cfg: &Config, r: &Report) {
             l.peers, l.progress_ns
         );
     }
+    for l in &r.lookup {
+        println!(
+            "connection lookup per incoming frame with {} peers: {:.1} ns",
+            l.peers, l.frame_ns
+        );
+    }
     let d = &r.delivery;
     println!(
         "exactly-once: {} of {} sampled messages once ({} lost, {} changed, {} extra)",

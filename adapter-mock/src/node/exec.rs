@@ -97,9 +97,7 @@ impl Node {
     fn on_control(&mut self, fab: &mut Fabric, ep: EpId, bytes: &[u8]) {
         // A connection whose endpoint failed and was closed still gets its peer's CLOSE (the
         // engine reads nothing else there): the failure may have been that close.
-        let conns = self.engine.conns();
-        let found = (conns.find(ep, |c| !c.io.closed)).or_else(|| conns.find(ep, |c| !c.is_open()));
-        if let Some(i) = found {
+        if let Some(i) = self.connection_of(ep) {
             self.engine.handle_control(i, bytes, fab.now_ms());
             self.carry_out(fab);
         }

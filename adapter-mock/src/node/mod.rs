@@ -400,6 +400,15 @@ impl Node {
         Ok(())
     }
 
+    /// The connection a control frame arriving on `ep` belongs to: the one whose endpoint is
+    /// still open, else an ended one (it still reads its peer's CLOSE). The lookup every
+    /// incoming frame makes (public for the simulator, which times it against the number of
+    /// peers).
+    pub fn connection_of(&self, ep: EpId) -> Option<engine::ConnId> {
+        let conns = self.engine.conns();
+        (conns.find(ep, |c| !c.io.closed)).or_else(|| conns.find(ep, |c| !c.is_open()))
+    }
+
     /// The shared endpoint to `peer`, for code outside tagspace (a legacy library).
     pub fn endpoint_to(&self, peer: u64) -> Option<EpId> {
         let id = self.engine.conns().serving(peer).ok()?;

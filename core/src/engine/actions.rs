@@ -225,7 +225,7 @@ impl<X, const CAP: usize> Outbox<'_, X, CAP> {
 }
 
 #[cfg(feature = "alloc")]
-impl<'r, K: Copy + PartialEq, X, T: Waits<K>, E: Copy, const CAP: usize>
+impl<'r, K: Copy + Eq + core::hash::Hash, X, T: Waits<K>, E: Copy, const CAP: usize>
     Engine<'r, K, X, T, E, CAP>
 {
     /// The next thing the adapter must do, oldest first; `None` once it has done everything

@@ -16,7 +16,7 @@ use crate::wire::{self, CloseReason, Role};
 use alloc::boxed::Box;
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
-use core::hash::{BuildHasher, Hasher};
+use core::hash::{BuildHasher, Hash, Hasher};
 
 /// How long (ms) a connection that lost the simultaneous-connect tie-break (P4) keeps its
 /// endpoint open after it was taken out of service, so that what either side sent on it before
@@ -331,6 +331,9 @@ impl Hasher for TokenHasher {
         let p = u128::from(v ^ self.keys[0]) * u128::from(self.keys[1]);
         self.h = (p as u64) ^ ((p >> 64) as u64);
     }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
     fn finish(&self) -> u64 {
         self.h
     }
@@ -368,6 +371,11 @@ pub struct Connections<K, X, E, const CAP: usize> {
     /// Where each connection is in `conns` (positions change when ended ones are forgotten;
     /// handles do not).
     at: hashbrown::HashMap<ConnId, usize, TokenHash>,
+    /// Adapter key → the first connection on it and how many connections are on it: the
+    /// lookup of every incoming control frame and endpoint error ([`find`](Self::find)) in
+    /// O(1). A key can hold several connections (an ended one not yet forgotten and a new
+    /// one on an endpoint at a reused address); those few are searched in order.
+    by_key: hashbrown::HashMap<K, (ConnId, u32), TokenHash>,
     /// The next handle's number.
     next_id: u64,
     /// Connections marked to transmit ([`transmit_due`](Self::transmit_due)); may hold ids
@@ -462,7 +470,7 @@ fn permute(keys: [u64; 2], mut x: u64, bits: u32) -> u64 {
     }
 }
 
-impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP> {
+impl<K: Copy + Eq + Hash, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP> {
     /// An empty table; `hash_keys`: random, per node (see [`TokenHash`]).
     pub fn new(hash_keys: [u64; 2]) -> Self {
         let h = TokenHash::new(hash_keys);
@@ -487,6 +495,7 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
             },
             epoch: 0,
             at: hashbrown::HashMap::with_hasher(h),
+            by_key: hashbrown::HashMap::with_hasher(h),
             next_id: 0,
             due: Vec::new(),
             flushed_epoch: None,
@@ -643,6 +652,9 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         self.next_id += 1;
         let id = ConnId(self.next_id);
         self.at.insert(id, self.conns.len());
+        (self.by_key.entry(key))
+            .and_modify(|(_, n)| *n += 1)
+            .or_insert((id, 1));
         self.due.push(id);
         self.conns.push(Connection {
             id,
@@ -699,11 +711,21 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         &mut self.conns
     }
 
-    /// The first connection on `key` that `also` accepts.
+    /// The first connection on `key` that `also` accepts (O(1); a key shared by several
+    /// connections searches those from the first).
     pub fn find(&self, key: K, also: impl Fn(&Connection<K, X, E, CAP>) -> bool) -> Option<ConnId> {
-        self.conns
+        let &(first, n) = self.by_key.get(&key)?;
+        let i = self.pos(first)?;
+        if n == 1 {
+            let c = &self.conns[i];
+            return also(c).then_some(c.id);
+        }
+        // Connections keep their order in `conns`: the others on `key` come after the first.
+        self.conns[i..]
             .iter()
-            .find(|c| c.key == key && also(c))
+            .filter(|c| c.key == key)
+            .take(n as usize)
+            .find(|c| also(c))
             .map(|c| c.id)
     }
 
@@ -1296,8 +1318,12 @@ impl<K: Copy + PartialEq, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
             false
         });
         self.at.clear();
+        self.by_key.clear();
         for (i, c) in self.conns.iter().enumerate() {
             self.at.insert(c.id, i);
+            (self.by_key.entry(c.key))
+                .and_modify(|(_, n)| *n += 1)
+                .or_insert((c.id, 1));
         }
         for (peer, cause) in went {
             match self.gone.get_mut(&peer) {
@@ -1472,7 +1498,7 @@ fn heap_of<T>(cap: usize) -> usize {
     cap * core::mem::size_of::<T>()
 }
 
-impl<K, X, E, const CAP: usize> Connections<K, X, E, CAP> {
+impl<K: Eq + Hash, X, E, const CAP: usize> Connections<K, X, E, CAP> {
     /// How many bytes the tables hold now (see [`Footprint`]).
     pub fn footprint(&self) -> Footprint {
         let session = core::mem::size_of::<Session<CAP>>();
@@ -1496,7 +1522,9 @@ impl<K, X, E, const CAP: usize> Connections<K, X, E, CAP> {
             directories,
             table: heap_of::<Connection<K, X, E, CAP>>(self.conns.capacity()),
             route_cache: routes,
-            peer_index: self.serving.allocation_size() + self.at.allocation_size(),
+            peer_index: self.serving.allocation_size()
+                + self.at.allocation_size()
+                + self.by_key.allocation_size(),
             pairs: p.by_peer.allocation_size() + p.by_value.allocation_size() + gaps,
             gone_peers: self.gone.allocation_size()
                 + heap_of::<u64>(self.gone_order.capacity())
@@ -1505,7 +1533,9 @@ impl<K, X, E, const CAP: usize> Connections<K, X, E, CAP> {
                 + self.up.allocation_size(),
         }
     }
+}
 
+impl<K, X, E, const CAP: usize> Connections<K, X, E, CAP> {
     /// The node goes: every session's pins are given back (see [`super::Unpins::release_all`]).
     pub(crate) fn release_all(
         &mut self,
@@ -1552,6 +1582,53 @@ mod tests {
         let new = t.add(9, Role::Acceptor, &me, reg.layout(), 0, 0, ());
         assert!(!ids.contains(&new), "never reused");
         assert_eq!(t.ids(), [ids[2], ids[3], new]);
+    }
+
+    /// `find` by key: the index answers as a scan of every connection in order would, with
+    /// keys shared by several connections (UCX reuses an endpoint's address), and after ended
+    /// ones are forgotten.
+    #[test]
+    fn find_by_key_agrees_with_a_scan_in_order() {
+        let reg: &'static Registry<64> = Box::leak(Box::new(Registry::new(TagLayout::DEFAULT)));
+        let mut libs = Libs::new();
+        let me = Identity::from_seed(&[5; 32]);
+        let mut t = Table::new([3, 4]);
+        let mut unpins = super::super::Unpins::new();
+        let scan = |t: &Table, key: u32, open: Option<bool>| {
+            t.iter()
+                .find(|c| c.key() == key && open.is_none_or(|o| c.is_open() == o))
+                .map(|c| c.id())
+        };
+        let check = |t: &Table| {
+            for key in 0..8u32 {
+                for open in [None, Some(true), Some(false)] {
+                    let found = t.find(key, |c| open.is_none_or(|o| c.is_open() == o));
+                    assert_eq!(found, scan(t, key, open), "key {key}, open {open:?}");
+                }
+            }
+        };
+        // Keys 0..4, then 1 and 2 again (new endpoints at reused addresses), then 1 a third time.
+        let mut ids = Vec::new();
+        for k in [0u32, 1, 2, 3, 1, 2, 1] {
+            ids.push(t.add(k, Role::Acceptor, &me, reg.layout(), 0, 0, ()));
+        }
+        check(&t);
+        assert_eq!(t.find(1, |_| true), Some(ids[1]), "the first on a key");
+        // The first on key 1 ends: the second open one answers for open ones.
+        t.end(ids[1], None, &mut libs);
+        check(&t);
+        assert_eq!(t.find(1, |c| c.is_open()), Some(ids[4]));
+        assert_eq!(t.find(1, |c| !c.is_open()), Some(ids[1]));
+        // Forgotten: the index is rebuilt; key 1 now starts at the second.
+        assert!(t.forget(|_| true, &mut unpins, 0));
+        check(&t);
+        assert_eq!(t.find(1, |_| true), Some(ids[4]));
+        assert_eq!(t.find(7, |_| true), None, "a key nobody has");
+        t.end(ids[4], None, &mut libs);
+        t.end(ids[6], None, &mut libs);
+        assert!(t.forget(|_| true, &mut unpins, 0));
+        check(&t);
+        assert_eq!(t.find(1, |_| true), None, "every connection on key 1 gone");
     }
 
     #[test]

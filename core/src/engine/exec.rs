@@ -87,7 +87,7 @@ pub trait Transport<K, X, E> {
 
 impl<'r, K, X, S, R, E, const CAP: usize> Engine<'r, K, X, Op<S, R, K>, E, CAP>
 where
-    K: Copy + PartialEq,
+    K: Copy + Eq + core::hash::Hash,
     S: Request,
     R: Request,
     E: Copy,

@@ -104,7 +104,9 @@ pub struct Engine<'r, K, X, T, E, const CAP: usize> {
 }
 
 #[cfg(feature = "alloc")]
-impl<'r, K: Copy + PartialEq, X, T, E: Copy, const CAP: usize> Engine<'r, K, X, T, E, CAP> {
+impl<'r, K: Copy + Eq + core::hash::Hash, X, T, E: Copy, const CAP: usize>
+    Engine<'r, K, X, T, E, CAP>
+{
     /// A node's engine on `registry` at adapter time `now_ms`; `hash_keys`: random per node
     /// (see [`TokenHash`]). Dropping it gives back every pin its sessions hold (R7).
     pub fn new(

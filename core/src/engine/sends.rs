@@ -58,7 +58,9 @@ pub enum Resolved {
     Wait(Blocked),
 }
 
-impl<K: Copy + PartialEq, X, E: Copy + Clone, const CAP: usize> Connections<K, X, E, CAP> {
+impl<K: Copy + Eq + core::hash::Hash, X, E: Copy + Clone, const CAP: usize>
+    Connections<K, X, E, CAP>
+{
     /// The send path, decided once: where a send from `lib` to `target` on `peer` goes now,
     /// or why it waits — or fails now: a library not registered, a peer whose every
     /// connection ended (D3, `PeerDown`), a target outside the layout.
