@@ -834,6 +834,74 @@ mod tests {
         );
     }
 
+    /// The deadline pass runs when something changed or a deadline came, not on every
+    /// `handle_timeout`; it misses no deadline (a PING at its interval, to the millisecond) and
+    /// `poll_timeout` names the one it waits for.
+    #[test]
+    fn an_idle_deadline_pass_visits_no_connection_and_misses_no_deadline() {
+        let live = Liveness {
+            interval_ms: 10,
+            timeout_ms: 50,
+        };
+        let d = PeerLimits::default();
+        let (mut a, mut b) = (side(1, Some(live), d), side(2, Some(live), d));
+        let (i, j) = open(&mut a, &mut b, 7);
+        pump(&mut a, i, &mut b, j, 0);
+        let timeout = |a: &mut Side, now| {
+            a.e.handle_timeout(now);
+            actions(a)
+        };
+        // Established: the first PING is due at once, its PONG comes back.
+        assert_eq!(timeout(&mut a, 1), [Action::Transmit(i)]);
+        pump(&mut a, i, &mut b, j, 1);
+        // Control: what changed (the PONG) makes the next call pass over the connections.
+        let before = a.e.conns.deadline_passes();
+        assert!(timeout(&mut a, 2).is_empty());
+        assert_eq!(
+            a.e.conns.deadline_passes(),
+            before + 1,
+            "a frame arrived since"
+        );
+        // Idle until the next PING: no pass at all.
+        for now in 2..11 {
+            assert!(timeout(&mut a, now).is_empty(), "nothing due at {now}");
+            assert_eq!(a.e.conns.quiet_until(), Some(11), "the next PING");
+        }
+        assert_eq!(a.e.conns.deadline_passes(), before + 1, "idle: no pass");
+        assert_eq!(
+            timeout(&mut a, 11),
+            [Action::Transmit(i)],
+            "the PING on time"
+        );
+        assert_eq!(a.e.conns.deadline_passes(), before + 2);
+        // A change of the heartbeat's settings is seen at once, as is a new connection.
+        a.e.set_liveness(None);
+        assert!(timeout(&mut a, 12).is_empty());
+        assert_eq!(a.e.conns.deadline_passes(), before + 3);
+        assert_eq!(
+            a.e.conns.quiet_until(),
+            Some(u64::MAX),
+            "no heartbeat: none"
+        );
+        let l = *a.reg.layout();
+        a.e.conns.add(8, Role::Initiator, &a.me, &l, 12, 12, ());
+        assert_eq!(
+            a.e.conns.quiet_until(),
+            None,
+            "a new connection: a pass is due"
+        );
+        assert!(timeout(&mut a, 13).is_empty());
+        assert_eq!(a.e.conns.deadline_passes(), before + 4);
+        let handshake = 12 + super::super::live::HANDSHAKE_TIMEOUT_MS;
+        assert_eq!(
+            a.e.conns.quiet_until(),
+            Some(handshake),
+            "its handshake deadline"
+        );
+        // poll_timeout names it too (the engine's other timers aside).
+        assert!(a.e.poll_timeout(13).is_some_and(|t| t <= handshake));
+    }
+
     #[test]
     fn a_flooding_peer_is_cut_off_once() {
         let limits = PeerLimits {

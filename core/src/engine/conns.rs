@@ -383,6 +383,21 @@ pub struct Connections<K, X, E, const CAP: usize> {
     due: Vec<ConnId>,
     /// The registry epoch of the last pass over every connection.
     flushed_epoch: Option<u64>,
+    /// Bumped by everything that can change a connection's deadlines or hand its session
+    /// something to collect: a connection added, a frame or acknowledgement handled, a state
+    /// changed, mutable access from the engine ([`touch`](Self::touch)).
+    changes: u64,
+    /// `changes` as the last deadline pass saw it, and the adapter time until which that pass
+    /// found nothing due ([`sweep`](Self::sweep)): while both hold, a pass would find nothing.
+    pass_seen: u64,
+    quiet_until_ms: u64,
+    /// `changes` as the last collection of confirmed withdrawals saw it.
+    confirm_seen: u64,
+    /// Deadline passes made over every connection ([`deadline_passes`](Self::deadline_passes)).
+    passes: u64,
+    /// Connections not open (superseded, ended): [`forget`](Self::forget) has nothing to do
+    /// while there are none.
+    not_open: usize,
 }
 
 /// The pair values a node gives its peers: peer token → value, and value → peer token.
@@ -499,6 +514,12 @@ impl<K: Copy + Eq + Hash, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
             next_id: 0,
             due: Vec::new(),
             flushed_epoch: None,
+            changes: 1,
+            pass_seen: 0,
+            quiet_until_ms: 0,
+            confirm_seen: 0,
+            passes: 0,
+            not_open: 0,
         }
     }
 
@@ -511,6 +532,24 @@ impl<K: Copy + Eq + Hash, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
                 self.due.push(id);
             }
         }
+    }
+
+    /// Something may have changed a connection's deadlines, or given its session confirmed
+    /// withdrawals to collect: the next deadline pass and collection look at every connection.
+    pub(crate) fn touch(&mut self) {
+        self.changes += 1;
+    }
+
+    /// Connection `i` moves to `state` (counted for [`forget`](Self::forget)).
+    fn set_state(&mut self, i: usize, state: LinkState<E>) {
+        let c = &mut self.conns[i];
+        match (c.is_open(), matches!(state, LinkState::Open)) {
+            (true, false) => self.not_open += 1,
+            (false, true) => self.not_open -= 1,
+            _ => {}
+        }
+        c.state = state;
+        self.changes += 1;
     }
 
     /// The open connections whose sessions may have something to send, for the adapter's
@@ -651,6 +690,7 @@ impl<K: Copy + Eq + Hash, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         self.pairs.bits = layout.pair_bits();
         self.next_id += 1;
         let id = ConnId(self.next_id);
+        self.changes += 1;
         self.at.insert(id, self.conns.len());
         (self.by_key.entry(key))
             .and_modify(|(_, n)| *n += 1)
@@ -693,7 +733,15 @@ impl<K: Copy + Eq + Hash, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     /// Connection `id`, mutable; `None` once it has been forgotten.
     pub fn get_mut(&mut self, id: ConnId) -> Option<&mut Connection<K, X, E, CAP>> {
         let i = self.pos(id)?;
+        self.changes += 1;
         Some(&mut self.conns[i])
+    }
+
+    /// Connection `id`'s adapter state (its `io`), mutable: changes no deadline, so the next
+    /// deadline pass may still be skipped (see [`deadline_passes`](Self::deadline_passes)).
+    pub fn io_mut(&mut self, id: ConnId) -> Option<&mut X> {
+        let i = self.pos(id)?;
+        Some(&mut self.conns[i].io)
     }
 
     /// Every connection.
@@ -701,13 +749,19 @@ impl<K: Copy + Eq + Hash, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         self.conns.iter()
     }
 
-    /// Every connection, mutable.
+    /// Every connection, mutable (the adapter's side of each: its `io`).
     pub fn iter_mut(&mut self) -> core::slice::IterMut<'_, Connection<K, X, E, CAP>> {
         self.conns.iter_mut()
     }
 
-    /// Every connection as a slice (for the deadline sweep and [`super::Unpins`]).
-    pub fn as_mut_slice(&mut self) -> &mut [Connection<K, X, E, CAP>] {
+    /// The confirmed withdrawals to collect ([`super::Unpins::collect_confirmed`]): every
+    /// connection, when something changed since the last collection; none otherwise (a
+    /// session confirms a withdrawal only when a frame or an acknowledgement tag arrives).
+    pub(crate) fn confirmations_due(&mut self) -> &mut [Connection<K, X, E, CAP>] {
+        if self.confirm_seen == self.changes {
+            return &mut [];
+        }
+        self.confirm_seen = self.changes;
         &mut self.conns
     }
 
@@ -935,6 +989,7 @@ impl<K: Copy + Eq + Hash, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         let Some(i) = self.pos(id).filter(|&i| self.conns[i].is_open()) else {
             return Control::Handled;
         };
+        self.changes += 1;
         let handled = self.conns[i].session.handle(bytes);
         // The directory changes only with these (between HELLO and PROOF it changes quietly,
         // but routes nothing until `Established` reports it whole); a PING, PONG or ack
@@ -1013,9 +1068,8 @@ impl<K: Copy + Eq + Hash, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     }
 
     fn linger(&mut self, i: usize, now_ms: u64) {
-        self.conns[i].state = LinkState::Superseded {
-            until_ms: now_ms.saturating_add(SUPERSEDED_LINGER_MS),
-        };
+        let until_ms = now_ms.saturating_add(SUPERSEDED_LINGER_MS);
+        self.set_state(i, LinkState::Superseded { until_ms });
     }
 
     /// Superseded connections whose linger is over at `now_ms`, each handed out once: their
@@ -1032,6 +1086,9 @@ impl<K: Copy + Eq + Hash, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     where
         E: Clone,
     {
+        if self.not_open == 0 {
+            return Vec::new();
+        }
         let over = |c: &Connection<K, X, E, CAP>| matches!(c.state, LinkState::Superseded { until_ms } if now_ms >= until_ms);
         let ids: Vec<ConnId> = (self.conns.iter_mut())
             .filter_map(|c| (over(c) && c.retire()).then_some(c.id))
@@ -1068,7 +1125,7 @@ impl<K: Copy + Eq + Hash, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         if others {
             return None;
         }
-        self.conns[i].state = LinkState::Down(None);
+        self.set_state(i, LinkState::Down(None));
         self.remember(i, peer);
         self.went_down(peer, None, reason, libs)
     }
@@ -1086,6 +1143,7 @@ impl<K: Copy + Eq + Hash, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         let Some(i) = self.pos(id) else {
             return;
         };
+        self.changes += 1;
         let s = &mut self.conns[i].session;
         if let Some(reason) = reason {
             s.close(reason);
@@ -1107,9 +1165,9 @@ impl<K: Copy + Eq + Hash, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         E: Clone,
     {
         let i = self.pos(id)?;
-        let c = &mut self.conns[i];
-        let was_open = c.is_open();
-        c.state = LinkState::Down(cause);
+        let was_open = self.conns[i].is_open();
+        self.set_state(i, LinkState::Down(cause));
+        let c = &self.conns[i];
         let (peer, reason) = (c.peer(), c.closed_for);
         self.reindex();
         let peer = peer?;
@@ -1184,6 +1242,7 @@ impl<K: Copy + Eq + Hash, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     /// (unless it went out already), and the peer keeps it over any older connection.
     pub(crate) fn mark_redial(&mut self, id: ConnId, expected: u64) {
         if let Some(i) = self.pos(id) {
+            self.changes += 1;
             self.conns[i].session.mark_redial(expected);
         }
     }
@@ -1194,6 +1253,7 @@ impl<K: Copy + Eq + Hash, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         let Some(i) = self.pos(id).filter(|&i| self.conns[i].is_open()) else {
             return false;
         };
+        self.changes += 1;
         let s = &mut self.conns[i].session;
         s.set_advertised(addr) && addr.is_some() && s.is_established()
     }
@@ -1214,7 +1274,7 @@ impl<K: Copy + Eq + Hash, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         match self.conns[i].state {
             LinkState::Superseded { .. } => None,
             LinkState::Down(_) => {
-                self.conns[i].state = LinkState::Down(Some(e));
+                self.set_state(i, LinkState::Down(Some(e)));
                 None
             }
             LinkState::Open => self.end(id, Some(e), libs),
@@ -1258,6 +1318,7 @@ impl<K: Copy + Eq + Hash, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         tag: u64,
         usable: impl Fn(&X) -> bool,
     ) -> bool {
+        self.changes += 1;
         wire::parse_ack_tag(layout, tag).is_some_and(|(id, seq)| {
             self.conns
                 .iter_mut()
@@ -1287,11 +1348,43 @@ impl<K: Copy + Eq + Hash, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         now_ms: u64,
         liveness: Option<Liveness>,
     ) -> Vec<(ConnId, Check)> {
+        let live = clock.tick(now_ms);
+        // Nothing changed since the last pass and none of its deadlines has come: an idle
+        // `progress` costs nothing per connection. (Live time never runs ahead of adapter
+        // time, so a deadline is never reached before the adapter time the pass computed.)
+        if self.pass_seen == self.changes && now_ms < self.quiet_until_ms {
+            return Vec::new();
+        }
+        self.pass_seen = self.changes;
+        self.passes += 1;
         let mut due = Vec::new();
-        sweep(&mut self.conns, clock, now_ms, liveness, &mut due);
+        self.quiet_until_ms = sweep(&mut self.conns, live, now_ms, liveness, &mut due);
         due.into_iter()
             .map(|(i, c)| (self.conns[i].id, c))
             .collect()
+    }
+
+    /// How many deadline passes over every connection were made: one when something changed
+    /// or a deadline came, none for an idle `progress`.
+    pub fn deadline_passes(&self) -> u64 {
+        self.passes
+    }
+
+    /// The connections that may be superseded and lingering: every one while any is not
+    /// open, none otherwise.
+    pub(crate) fn lingering(&self) -> core::slice::Iter<'_, Connection<K, X, E, CAP>> {
+        let n = if self.not_open == 0 {
+            0
+        } else {
+            self.conns.len()
+        };
+        self.conns[..n].iter()
+    }
+
+    /// The adapter time until which the last deadline pass found nothing due, if nothing
+    /// changed since (else `None`: a pass is due at once).
+    pub(crate) fn quiet_until(&self) -> Option<u64> {
+        (self.pass_seen == self.changes).then_some(self.quiet_until_ms)
     }
 
     /// D5: removes ended connections that `done` says the adapter is finished with (their
@@ -1303,9 +1396,10 @@ impl<K: Copy + Eq + Hash, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         unpins: &mut super::unpins::Unpins<CAP>,
         now_ms: u64,
     ) -> bool {
-        if !self.conns.iter().any(|c| !c.is_open() && done(c)) {
+        if self.not_open == 0 || !self.conns.iter().any(|c| !c.is_open() && done(c)) {
             return false;
         }
+        self.changes += 1;
         let mut went = Vec::new();
         self.conns.retain_mut(|c| {
             if c.is_open() || !done(c) {
@@ -1319,6 +1413,7 @@ impl<K: Copy + Eq + Hash, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         });
         self.at.clear();
         self.by_key.clear();
+        self.not_open = self.conns.iter().filter(|c| !c.is_open()).count();
         for (i, c) in self.conns.iter().enumerate() {
             self.at.insert(c.id, i);
             (self.by_key.entry(c.key))
@@ -1404,17 +1499,19 @@ fn superseded<const CAP: usize, L: Link<CAP>>(
     out.extend(serving().filter_map(|(i, l)| (rank(l) < best).then_some(i)));
 }
 
-/// One deadline pass over an adapter's connections at adapter time `now_ms`: moves `clock`,
-/// checks every open connection ([`Deadlines::check`]) and hands `(index, what to do)` to
-/// `due` for each that needs something. Call it once per `progress`.
+/// One deadline pass over an adapter's connections at adapter time `now_ms` and live time
+/// `live`: checks every open connection ([`Deadlines::check`]) and hands `(index, what to
+/// do)` to `due` for each that needs something. Returns the adapter time of the earliest
+/// deadline left ([`Deadlines::next_ms`]; `u64::MAX` if none): until then, with nothing
+/// changed, another pass would find nothing.
 fn sweep<const CAP: usize, L: Link<CAP>>(
     links: &mut [L],
-    clock: &mut LiveClock,
+    live: u64,
     now_ms: u64,
     liveness: Option<Liveness>,
     due: &mut impl Extend<(usize, Check)>,
-) {
-    let live = clock.tick(now_ms);
+) -> u64 {
+    let mut quiet_until = u64::MAX;
     for (i, link) in links.iter_mut().enumerate() {
         if !link.is_open() {
             continue;
@@ -1424,7 +1521,11 @@ fn sweep<const CAP: usize, L: Link<CAP>>(
             Check::Nothing => {}
             check => due.extend([(i, check)]),
         }
+        if let Some(at) = deadlines.next_ms(session, now_ms, live, liveness) {
+            quiet_until = quiet_until.min(at);
+        }
     }
+    quiet_until
 }
 
 /// What the adapter does with a connection whose peer sent CLOSE with `reason`.

@@ -194,7 +194,7 @@ impl<'r, K: Copy + Eq + core::hash::Hash, X, T, E: Copy, const CAP: usize>
     /// Connection `id`'s transport state, the adapter's to change; `None` once it is
     /// forgotten. (What its session queued goes out through [`outbox`](Self::outbox).)
     pub fn io_mut(&mut self, id: ConnId) -> Option<&mut X> {
-        Some(&mut self.conns.get_mut(id)?.io)
+        self.conns.io_mut(id)
     }
 
     /// Every connection's transport state.
@@ -256,6 +256,7 @@ impl<'r, K: Copy + Eq + core::hash::Hash, X, T, E: Copy, const CAP: usize>
     /// Changes the heartbeat's settings (`None`: off).
     pub fn set_liveness(&mut self, liveness: Option<Liveness>) {
         self.liveness = liveness;
+        self.conns.touch();
     }
 
     /// The per-connection flood limits (D5).
@@ -331,7 +332,9 @@ impl<'r, K: Copy + Eq + core::hash::Hash, X, T, E: Copy, const CAP: usize>
     /// every id that is due, drained or looked at first as [`owner`](Self::owner) says, within
     /// [`STRAY_PROBES_PER_CALL`] probes ([`Unpins::run`]).
     pub fn unpin_due(&mut self, now_ms: u64, queue: &mut impl StrayQueue) -> UnpinPass {
-        let confirmed = self.unpins.collect_confirmed(self.conns.as_mut_slice());
+        let confirmed = self
+            .unpins
+            .collect_confirmed(self.conns.confirmations_due());
         let budget = STRAY_PROBES_PER_CALL;
         (self.unpins).run(self.registry, now_ms, self.owner, budget, confirmed, queue)
     }
@@ -381,13 +384,22 @@ impl<'r, K: Copy + Eq + core::hash::Hash, X, T, E: Copy, const CAP: usize>
     {
         let sweep = (self.owner == QueueOwner::Node).then_some(&self.sweep);
         let live_ms = self.live.now();
-        let conns = self.conns.iter().filter_map(|c| match c.state() {
+        // Open connections' deadlines: as the last pass left them if nothing changed since.
+        let quiet = self.conns.quiet_until();
+        let open = self.conns.iter().filter(|_| quiet.is_none());
+        let open = open.filter_map(|c| match c.state() {
             LinkState::Open => c
                 .deadlines()
                 .next_ms(c.session(), now_ms, live_ms, self.liveness),
-            LinkState::Superseded { until_ms } => Some(until_ms),
-            LinkState::Down(_) => None,
+            _ => None,
         });
+        let lingering = (self.conns.lingering()).filter_map(|c| match c.state() {
+            LinkState::Superseded { until_ms } => Some(until_ms),
+            _ => None,
+        });
+        let conns = open
+            .chain(quiet.filter(|&q| q != u64::MAX))
+            .chain(lingering);
         let dials = match self.redial {
             Redial::Dial(_) | Redial::Report => self.dials.next_ms(),
             Redial::Off => None,
