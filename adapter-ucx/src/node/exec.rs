@@ -354,7 +354,12 @@ impl Node {
             };
             sent = true;
             match started {
-                Ok(Started::Pending(r)) => io.ctl_inflight.push(r),
+                Ok(Started::Pending(r)) => {
+                    if io.ctl_inflight.is_empty() {
+                        self.ctl_busy.push(i);
+                    }
+                    io.ctl_inflight.push(r)
+                }
                 Ok(Started::Done(_)) => {}
                 Err(e) if frame => {
                     tracing::warn!(error = %e, "sending a control frame failed");

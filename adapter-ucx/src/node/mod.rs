@@ -244,6 +244,11 @@ pub struct Node {
     abandoned: Vec<(EpKey, Request)>,
     /// Endpoints waiting for their requests to finish before they are closed.
     closing: Vec<Closing>,
+    /// Connections whose endpoint's first flush may still be pending (U1), and those with
+    /// control sends UCX may not have finished: what `progress` looks at, instead of every
+    /// connection (may name connections already done or forgotten; the next look drops them).
+    wiring: Vec<ConnId>,
+    ctl_busy: Vec<ConnId>,
     buf: Vec<u8>,
     /// The posted receive for withdrawal acknowledgements (R7): the control namespace, any
     /// payload. Re-posted as each completes.
@@ -420,6 +425,8 @@ impl Node {
             background: Vec::new(),
             abandoned: Vec::new(),
             closing: Vec::new(),
+            wiring: Vec::new(),
+            ctl_busy: Vec::new(),
             buf: vec![0; MAX_FRAME_LEN],
             ack_recv: None,
             host,
@@ -731,9 +738,13 @@ impl Node {
     /// whose requests have finished are closed, ended connections whose endpoint is gone are
     /// forgotten.
     fn stage_retire(&mut self) -> bool {
-        for io in self.engine.ios_mut() {
-            io.ctl_inflight.retain_mut(|r| r.test().is_none());
-        }
+        let engine = &mut self.engine;
+        self.ctl_busy.retain(|&i| {
+            engine.io_mut(i).is_some_and(|io| {
+                io.ctl_inflight.retain_mut(|r| r.test().is_none());
+                !io.ctl_inflight.is_empty()
+            })
+        });
         self.close_retired();
         self.background.retain_mut(|r| r.test().is_none());
         self.engine

@@ -32,7 +32,11 @@ impl Node {
             withhold_acks: false,
         };
         let now = self.clock.now_ms();
+        let flushing = matches!(io.wire, Wire::Flushing(_));
         let i = (self.engine).add_conn(key, role, &self.identity, now, io);
+        if flushing {
+            self.wiring.push(i);
+        }
         if let Some(e) = failed {
             self.engine.handle_failed(i, e);
             self.carry_out();
@@ -75,7 +79,11 @@ impl Node {
     /// waited for it are handled in order and its own frames may go out.
     pub(super) fn poll_wireup(&mut self) -> bool {
         let mut busy = false;
-        for i in self.engine.conns().ids() {
+        // Connections added meanwhile (a frame handled here can make the engine dial) are
+        // pushed to `wiring` anew and kept after these.
+        let wiring = std::mem::take(&mut self.wiring);
+        let mut still = Vec::new();
+        for i in wiring {
             let Some(key) = self.engine.conns().get(i).map(|c| c.key()) else {
                 continue;
             };
@@ -86,7 +94,7 @@ impl Node {
                 continue;
             };
             match req.test() {
-                None => continue,
+                None => still.push(i),
                 Some(Ok(_)) => {
                     busy = true;
                     io.wire = Wire::Ready;
@@ -104,6 +112,8 @@ impl Node {
                 }
             }
         }
+        still.append(&mut self.wiring);
+        self.wiring = still;
         busy
     }
 }
