@@ -1396,6 +1396,11 @@ impl<K: Copy + Eq + Hash, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         unpins: &mut super::unpins::Unpins<CAP>,
         now_ms: u64,
     ) -> bool {
+        debug_assert_eq!(
+            self.not_open,
+            self.conns.iter().filter(|c| !c.is_open()).count(),
+            "the count of connections not open"
+        );
         if self.not_open == 0 || !self.conns.iter().any(|c| !c.is_open() && done(c)) {
             return false;
         }
