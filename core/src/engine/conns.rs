@@ -385,7 +385,7 @@ pub struct Connections<K, X, E, const CAP: usize> {
     flushed_epoch: Option<u64>,
     /// Bumped by everything that can change a connection's deadlines or hand its session
     /// something to collect: a connection added, a frame or acknowledgement handled, a state
-    /// changed, mutable access from the engine ([`touch`](Self::touch)).
+    /// changed, mutable access from the engine: every one goes through [`touch`](Self::touch).
     changes: u64,
     /// `changes` as the last deadline pass saw it, and the adapter time until which that pass
     /// found nothing due ([`sweep`](Self::sweep)): while both hold, a pass would find nothing.
@@ -549,7 +549,7 @@ impl<K: Copy + Eq + Hash, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
             _ => {}
         }
         c.state = state;
-        self.changes += 1;
+        self.touch();
     }
 
     /// The open connections whose sessions may have something to send, for the adapter's
@@ -690,7 +690,7 @@ impl<K: Copy + Eq + Hash, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         self.pairs.bits = layout.pair_bits();
         self.next_id += 1;
         let id = ConnId(self.next_id);
-        self.changes += 1;
+        self.touch();
         self.at.insert(id, self.conns.len());
         (self.by_key.entry(key))
             .and_modify(|(_, n)| *n += 1)
@@ -733,7 +733,7 @@ impl<K: Copy + Eq + Hash, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     /// Connection `id`, mutable; `None` once it has been forgotten.
     pub fn get_mut(&mut self, id: ConnId) -> Option<&mut Connection<K, X, E, CAP>> {
         let i = self.pos(id)?;
-        self.changes += 1;
+        self.touch();
         Some(&mut self.conns[i])
     }
 
@@ -989,7 +989,7 @@ impl<K: Copy + Eq + Hash, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         let Some(i) = self.pos(id).filter(|&i| self.conns[i].is_open()) else {
             return Control::Handled;
         };
-        self.changes += 1;
+        self.touch();
         let handled = self.conns[i].session.handle(bytes);
         // The directory changes only with these (between HELLO and PROOF it changes quietly,
         // but routes nothing until `Established` reports it whole); a PING, PONG or ack
@@ -1143,7 +1143,7 @@ impl<K: Copy + Eq + Hash, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         let Some(i) = self.pos(id) else {
             return;
         };
-        self.changes += 1;
+        self.touch();
         let s = &mut self.conns[i].session;
         if let Some(reason) = reason {
             s.close(reason);
@@ -1242,7 +1242,7 @@ impl<K: Copy + Eq + Hash, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
     /// (unless it went out already), and the peer keeps it over any older connection.
     pub(crate) fn mark_redial(&mut self, id: ConnId, expected: u64) {
         if let Some(i) = self.pos(id) {
-            self.changes += 1;
+            self.touch();
             self.conns[i].session.mark_redial(expected);
         }
     }
@@ -1253,7 +1253,7 @@ impl<K: Copy + Eq + Hash, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         let Some(i) = self.pos(id).filter(|&i| self.conns[i].is_open()) else {
             return false;
         };
-        self.changes += 1;
+        self.touch();
         let s = &mut self.conns[i].session;
         s.set_advertised(addr) && addr.is_some() && s.is_established()
     }
@@ -1318,7 +1318,7 @@ impl<K: Copy + Eq + Hash, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         tag: u64,
         usable: impl Fn(&X) -> bool,
     ) -> bool {
-        self.changes += 1;
+        self.touch();
         wire::parse_ack_tag(layout, tag).is_some_and(|(id, seq)| {
             self.conns
                 .iter_mut()
@@ -1404,7 +1404,7 @@ impl<K: Copy + Eq + Hash, X, E: Copy, const CAP: usize> Connections<K, X, E, CAP
         if self.not_open == 0 || !self.conns.iter().any(|c| !c.is_open() && done(c)) {
             return false;
         }
-        self.changes += 1;
+        self.touch();
         let mut went = Vec::new();
         self.conns.retain_mut(|c| {
             if c.is_open() || !done(c) {
